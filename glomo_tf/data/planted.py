@@ -7,35 +7,30 @@ the same windows.
 
 Vocabulary (id 0 is padding)::
 
-    A1 .. A{S}, B1 .. B{S}     slot markers, S = num_slots, paired A_j / B_j
-    k00 .. k{P-1}              key tokens
-    v00 .. v{P-1}              value tokens, v_i is the partner of k_i (P = num_pairs)
-    w00 .. w{F-1}              filler words (F = num_fillers)
+    B1 .. B{S}                        slot markers, S = num_slots
+    K1.00 .. K{S}.{P-1}               keys: key K{j}.{i} belongs to slot j and names value i
+    v00 .. v{P-1}                     values (P = num_pairs)
+    w00 .. w{F-1}                     filler words (F = num_fillers)
 
 Fillers follow a Zipf law (exponent 1.1) with a little local structure: with probability
 ``bigram_prob`` the next filler is the fixed successor ``w_{(i+1) mod F}`` of the previous one, so
-short-range edges are useful too. A planted dependency is the span
+short-range edges are useful too. A planted dependency is one of two mirror-image spans, with
+``gap`` filler units in between (uniform in ``[min_gap, max_gap]``):
 
-    ``A_j  k_i  <gap fillers>  B_j  v_i``        (gap uniform in ``[min_gap, max_gap]``)
+* **forward** span ``K{j}.{i}  <gap>  B{j}  v{i}``: to predict ``v{i}`` (the unit after ``B{j}``)
+  the forward decoder started at ``B{j}`` needs the key, which only the earlier ``K{j}.{i}`` carries.
+  Planted forward edge: receiver ``B{j}`` -> source ``K{j}.{i}``.
+* **backward** span ``v{i}  B{j}  <gap>  K{j}.{i}``: to predict ``v{i}`` (the unit before ``B{j}``)
+  the backward decoder started at ``B{j}`` needs the later key. Planted backward edge: receiver
+  ``B{j}`` -> source ``K{j}.{i}``.
 
-with a slot ``j`` and a key ``i`` both drawn without replacement inside a window (so no slot or key
-occurs twice in a window), and ``deps_per_sequence`` non-overlapping spans per window, scattered
-among fillers. Writing ``a`` for the position of ``A_j``, ``a + 1`` is the key and ``b`` the
-position of ``B_j`` (the value is at ``b + 1``). The planted edges (receiver ``t`` -> source ``s``,
-the graph convention ``G[t, s]``) are
-
-* **forward** (direction 0): receiver ``b`` (``B_j``), source ``a + 1`` (``k_i``). To predict the
-  next unit ``v_i`` the decoder started at ``B_j`` needs the key, and the only unit that carries it
-  is ``k_i``; the graph predictor can find it by content alone, because the key's causal
-  convolution window holds ``A_j`` and its query window holds ``B_j`` (same slot ``j``).
-* **backward** (direction 1): receiver ``a + 1`` (``k_i``), source ``b`` (``B_j``). The backward
-  decoder started at ``k_i`` predicts the previous unit ``A_j``; its slot is carried only by the
-  ``B_j`` whose anti-causal window holds the partner value ``v_i``.
-
-The edge goes to the unit whose *embedding* carries the missing information because GLoMo's feature
-predictor propagates ``F^0`` = embeddings (a marker placed right *after* the key, as in ``k A ... B
-v``, would need two hops). The graph predictor has no position encoding, so the slots, distinct in a
-window, are what tell the dependencies apart.
+The graph predictor finds the source by content alone: the receiver's query (window ending at
+``B{j}``) and the source's key (window ending at ``K{j}.{i}``) share the slot ``j``. Slots and values
+are drawn without replacement inside a window, so the slot tells the window's dependencies apart
+(the graph predictor has no position encoding), and every window holds keys of other slots as
+distractors: a rule that points at "a key" without matching the slot picks the right one only by
+luck (:func:`same_type_chance`). The edge goes to the unit whose *embedding* carries the missing
+information, because GLoMo's feature predictor propagates ``F^0`` = embeddings.
 
 A rule that always points at a fixed relative offset recovers at most about ``1 / (max_gap -
 min_gap + 1)`` of the planted edges; :func:`positional_baseline` computes that bound on the data and
@@ -52,8 +47,6 @@ FORWARD, BACKWARD = 0, 1
 DIRECTIONS = ("forward", "backward")
 ZIPF_EXPONENT = 1.1
 # Columns of PlantedCorpus.edges.
-import os
-_COPY = bool(int(os.environ.get('PLANT_COPY', '0')))
 EDGE_COLUMNS = ("sequence", "direction", "receiver", "source")
 
 
@@ -68,30 +61,32 @@ class PlantedVocabulary:
     @property
     def size(self):
         """Number of ids, padding included."""
-        return 1 + 2 * self.num_slots + 2 * self.num_pairs + self.num_fillers
+        return 1 + self.num_slots * (1 + self.num_pairs) + self.num_pairs + self.num_fillers
 
-    def marker_a(self, slot):
+    def marker(self, slot):
         return 1 + np.asarray(slot)
 
-    def marker_b(self, slot):
-        return 1 + self.num_slots + np.asarray(slot)
-
-    def key(self, pair):
-        return 1 + 2 * self.num_slots + np.asarray(pair)
+    def key(self, slot, pair):
+        return 1 + self.num_slots + np.asarray(slot) * self.num_pairs + np.asarray(pair)
 
     def value(self, pair):
-        return 1 + 2 * self.num_slots + self.num_pairs + np.asarray(pair)
+        return 1 + self.num_slots * (1 + self.num_pairs) + np.asarray(pair)
 
     def filler(self, index):
-        return 1 + 2 * self.num_slots + 2 * self.num_pairs + np.asarray(index)
+        return 1 + self.num_slots * (1 + self.num_pairs) + self.num_pairs + np.asarray(index)
+
+    def is_key(self, token_ids):
+        """Bool array: which of ``token_ids`` are keys."""
+        token_ids = np.asarray(token_ids)
+        return (token_ids >= self.key(0, 0)) & (token_ids < self.value(0))
 
     def strings(self):
         """``[size]`` token strings; index 0 is ``"<pad>"``."""
         width = len(str(max(self.num_pairs, self.num_fillers) - 1))
         return (["<pad>"]
-                + [f"A{j + 1}" for j in range(self.num_slots)]
                 + [f"B{j + 1}" for j in range(self.num_slots)]
-                + [f"k{i:0{width}d}" for i in range(self.num_pairs)]
+                + [f"K{j + 1}.{i:0{width}d}" for j in range(self.num_slots)
+                   for i in range(self.num_pairs)]
                 + [f"v{i:0{width}d}" for i in range(self.num_pairs)]
                 + [f"w{i:0{width}d}" for i in range(self.num_fillers)])
 
@@ -109,9 +104,11 @@ class PlantedCorpus:
         token_ids: int32 ``[N, T]``, no padding (every window is full).
         edges: int32 ``[E, 4]``, rows ``(sequence, direction, receiver, source)``: in window
             ``sequence``, the graph of ``direction`` (0 forward, 1 backward) should have its strongest
-            edge from ``receiver`` to ``source``.
-        spans: int32 ``[N, deps, 4]``, rows ``(slot, pair, a, b)``: ``A_slot`` at ``a``, ``k_pair``
-            at ``a + 1``, ``B_slot`` at ``b``, ``v_pair`` at ``b + 1``; spans sorted by ``a``.
+            edge from ``receiver`` (the ``B`` marker) to ``source`` (its key).
+        spans: int32 ``[N, deps, 5]``, rows ``(direction, slot, pair, marker, key)``: the span's
+            direction, ``B{slot}`` at position ``marker``, ``K{slot}.{pair}`` at ``key`` and
+            ``v{pair}`` next to the marker (after it forward, before it backward); sorted by the
+            span's first position.
         vocabulary: the :class:`PlantedVocabulary`.
     """
 
@@ -130,18 +127,19 @@ class PlantedCorpus:
         return rows[:, 2:]
 
 
-def generate_planted_corpus(num_sequences, seq_len=48, deps_per_sequence=3, num_slots=6,
-                            num_pairs=24, num_fillers=40, min_gap=2, max_gap=12, bigram_prob=0.5,
+def generate_planted_corpus(num_sequences, seq_len=48, deps_per_sequence=6, num_slots=6,
+                            num_pairs=8, num_fillers=40, min_gap=2, max_gap=12, bigram_prob=0.5,
                             seed=0):
     """Generates :class:`PlantedCorpus` windows deterministically from ``seed`` (numpy).
 
     Args:
         num_sequences: int, windows to generate.
         seq_len: int, units per window ``T``.
-        deps_per_sequence: int, planted dependencies per window; at most ``num_slots`` and
-            ``num_pairs``, and they must fit: ``deps * (max_gap + 4) <= seq_len``.
+        deps_per_sequence: int, planted dependencies per window, half of them forward (the odd one
+            out drawn at random); at most ``num_slots`` and ``num_pairs``, and they must fit:
+            ``3 * deps <= seq_len`` and ``max_gap + 3 <= seq_len``.
         num_slots, num_pairs, num_fillers: vocabulary sizes (see the module docstring).
-        min_gap, max_gap: int, range of the number of fillers between a key and its ``B`` marker.
+        min_gap, max_gap: int, range of the number of fillers between a key and its marker.
         bigram_prob: float in ``[0, 1]``, probability that a filler is its predecessor's successor.
         seed: int, the generator's seed.
 
@@ -153,7 +151,7 @@ def generate_planted_corpus(num_sequences, seq_len=48, deps_per_sequence=3, num_
                          f"{deps_per_sequence}.")
     if not 0 <= min_gap <= max_gap:
         raise ValueError(f"Need 0 <= min_gap <= max_gap, got {min_gap}, {max_gap}.")
-    if 4 * deps_per_sequence > seq_len or max_gap + 4 > seq_len:
+    if 3 * deps_per_sequence > seq_len or max_gap + 3 > seq_len:
         raise ValueError(f"{deps_per_sequence} dependencies with gaps up to {max_gap} do not fit "
                          f"in windows of {seq_len} units.")
     if num_fillers < 1 or not 0.0 <= bigram_prob <= 1.0:
@@ -164,7 +162,7 @@ def generate_planted_corpus(num_sequences, seq_len=48, deps_per_sequence=3, num_
     zipf /= zipf.sum()
 
     token_ids = np.zeros((num_sequences, seq_len), np.int32)
-    spans = np.zeros((num_sequences, deps_per_sequence, 4), np.int32)
+    spans = np.zeros((num_sequences, deps_per_sequence, 5), np.int32)
     for n in range(num_sequences):
         # Fillers everywhere first, then the spans written over them.
         fillers = rng.choice(num_fillers, size=seq_len, p=zipf)
@@ -175,53 +173,58 @@ def generate_planted_corpus(num_sequences, seq_len=48, deps_per_sequence=3, num_
         token_ids[n] = vocab.filler(fillers)
         slots = rng.choice(num_slots, size=deps_per_sequence, replace=False)
         pairs = rng.choice(num_pairs, size=deps_per_sequence, replace=False)
-        placed = _place_spans(rng, seq_len, deps_per_sequence, min_gap, max_gap)
-        for d, (a, b) in enumerate(placed):
-            token_ids[n, a] = vocab.marker_a(slots[d])
-            token_ids[n, a + 1] = vocab.key(pairs[d])
-            token_ids[n, b] = vocab.marker_b(slots[d])
-            token_ids[n, b + 1] = vocab.key(pairs[d]) if _COPY else vocab.value(pairs[d])
-            spans[n, d] = (slots[d], pairs[d], a, b)
+        directions = rng.permutation(np.arange(deps_per_sequence) % 2)
+        placed = _place_spans(rng, seq_len, directions, min_gap, max_gap)
+        for d, (direction, start) in enumerate(placed):
+            length = 3 + int(start[1])
+            if direction == FORWARD:  # K <gap> B v
+                key, marker = start[0], start[0] + length - 2
+                token_ids[n, marker + 1] = vocab.value(pairs[d])
+            else:  # v B <gap> K
+                marker, key = start[0] + 1, start[0] + length - 1
+                token_ids[n, marker - 1] = vocab.value(pairs[d])
+            token_ids[n, marker] = vocab.marker(slots[d])
+            token_ids[n, key] = vocab.key(slots[d], pairs[d])
+            spans[n, d] = (direction, slots[d], pairs[d], marker, key)
     return PlantedCorpus(token_ids, edges_from_spans(spans), spans, vocab)
 
 
-def _place_spans(rng, seq_len, count, min_gap, max_gap, attempts=1000):
-    """``count`` spans ``(a, b)`` on distinct positions ``a, a + 1, b, b + 1``, sorted by ``a``.
+def _place_spans(rng, seq_len, directions, min_gap, max_gap, attempts=1000):
+    """Non-overlapping spans: ``[(direction, (start, gap))]`` sorted by start.
 
-    Spans may interleave (a span can open inside another one's gap); each is placed uniformly among
-    the starts that are still free for a gap drawn uniformly from ``[min_gap, max_gap]``.
+    A span covers ``gap + 3`` units; only its three planted units must be free, so spans may
+    interleave (one can open inside another one's gap). Each is placed uniformly among the starts
+    still free for a gap drawn uniformly from ``[min_gap, max_gap]``.
     """
     for _ in range(attempts):
         free = np.ones(seq_len, bool)
         placed = []
-        for _ in range(count):
+        for direction in directions:
             gap = int(rng.integers(min_gap, max_gap + 1))
-            starts = np.arange(seq_len - gap - 3)
-            ok = free[starts] & free[starts + 1] & free[starts + gap + 2] & free[starts + gap + 3]
+            starts = np.arange(seq_len - gap - 2)
+            # forward: K at s, B at s+gap+1, v at s+gap+2; backward: v at s, B at s+1, K at s+gap+2.
+            offsets = (0, gap + 1, gap + 2) if direction == FORWARD else (0, 1, gap + 2)
+            ok = np.logical_and.reduce([free[starts + o] for o in offsets])
             if not ok.any():
                 break
-            a = int(rng.choice(starts[ok]))
-            b = a + 2 + gap
-            free[[a, a + 1, b, b + 1]] = False
-            placed.append((a, b))
-        if len(placed) == count:
-            return sorted(placed)
-    raise ValueError(f"Could not place {count} dependencies with gaps in [{min_gap}, {max_gap}] in "
-                     f"windows of {seq_len} units; use fewer or shorter dependencies.")
+            s = int(rng.choice(starts[ok]))
+            free[[s + o for o in offsets]] = False
+            placed.append((int(direction), (s, gap)))
+        if len(placed) == len(directions):
+            return sorted(placed, key=lambda item: item[1][0])
+    raise ValueError(f"Could not place {len(directions)} dependencies with gaps in [{min_gap}, "
+                     f"{max_gap}] in windows of {seq_len} units; use fewer or shorter ones.")
 
 
 def edges_from_spans(spans):
-    """``[E, 4]`` planted edges ``(sequence, direction, receiver, source)`` of ``[N, deps, 4]`` spans.
+    """``[E, 4]`` planted edges ``(sequence, direction, receiver, source)`` of ``[N, deps, 5]`` spans.
 
-    Forward: ``B`` (at ``b``) -> key (at ``a + 1``); backward: key (at ``a + 1``) -> ``B`` (at ``b``).
+    Each span gives one edge in its own direction: its marker ``B`` (receiver) -> its key (source).
     Sorted by sequence, then direction, then receiver.
     """
-    rows = []
-    for n, window in enumerate(np.asarray(spans)):
-        for direction in (FORWARD, BACKWARD):
-            for _, _, a, b in window:
-                rows.append((n, direction, b, a + 1) if direction == FORWARD
-                            else (n, direction, a + 1, b))
+    rows = [(n, direction, marker, key)
+            for n, window in enumerate(np.asarray(spans))
+            for direction, _, _, marker, key in window]
     edges = np.array(rows, np.int32).reshape(-1, 4)
     order = np.lexsort((edges[:, 2], edges[:, 1], edges[:, 0]))
     return edges[order]
@@ -326,18 +329,32 @@ def chance_level(edges, padding_mask):
         edges: ``[E, 4]`` planted edges.
         padding_mask: bool ``[N, T]``, True at real units.
     """
+    return _uniform_pick_share(edges, padding_mask)
+
+
+def same_type_chance(edges, token_ids, vocabulary):
+    """Expected share of a rule that knows which units are keys but not which key: per direction.
+
+    The rule picks a uniformly random *key* among the admissible sources; its share is the mean over
+    planted receivers of ``1 / #keys on the admissible side``. A graph above this level matches the
+    slot, not just the kind of unit.
+    """
+    return _uniform_pick_share(edges, vocabulary.is_key(token_ids))
+
+
+def _uniform_pick_share(edges, candidates):
+    """Mean over edges of ``1 / #candidates`` on the admissible side of the receiver."""
     edges = np.asarray(edges)
-    mask = np.asarray(padding_mask, bool)
-    positions = np.arange(mask.shape[1])
+    candidates = np.asarray(candidates, bool)
+    positions = np.arange(candidates.shape[1])
     result = {}
     for direction, name in enumerate(DIRECTIONS):
         chosen = edges[edges[:, 1] == direction]
         if not len(chosen):
             result[name] = float("nan")
             continue
-        real = mask[chosen[:, 0]]
         side = (positions[None] < chosen[:, 2:3] if direction == FORWARD
                 else positions[None] > chosen[:, 2:3])
-        counts = (real & side).sum(axis=1)
+        counts = (candidates[chosen[:, 0]] & side).sum(axis=1)
         result[name] = float(np.mean(1.0 / np.maximum(counts, 1)))
     return result

@@ -100,7 +100,10 @@ class ContextDecoder(keras.layers.Layer):
             if i and training and self.dropout > 0:
                 hidden = self.state_dropout(hidden, training=training)
             hidden = rnn(hidden, initial_state=state, training=training)
-        logits = tf.matmul(hidden, embedding_matrix, transpose_b=True)
+        # One [B*S*D, d] x [d, V] product: a batched matmul would broadcast the table over the
+        # B*S contexts, and its gradient would materialise a [B*S, V, d] tensor before summing.
+        logits = tf.matmul(tf.reshape(hidden, [-1, self.hidden_dim]), embedding_matrix,
+                           transpose_b=True)
         logits = tf.reshape(logits, [batch, num_pos, self.context_length, -1])
         return {"logits": logits, "targets": targets, "weights": weights}
 
