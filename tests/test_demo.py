@@ -66,7 +66,7 @@ def test_recovery_report_of_the_planted_graph_and_of_a_positional_graph():
         assert report[name]["best_head"] == {"layer": 2, "head": 3, "share": 1.0,
                                              "mean_weight_on_source": 1.0}
     assert report["forward"]["share_per_layer_head"][0][0] == pytest.approx(
-        report["forward"]["positional_baseline"]["share"])
+        report["forward"]["positional_baseline"]["share"], abs=1e-4)  # table rounded to 4 places
 
 
 @pytest.mark.slow
