@@ -1,10 +1,13 @@
 """Public Keras layers of glomo_tf."""
 
+from glomo_tf.layers.cn3 import ContextualizedNonLocal
 from glomo_tf.layers.context_decoder import ContextDecoder
+from glomo_tf.layers.crf import LinearChainCRF
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_mixture import GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.layers.shared_private_rnn import SharedPrivateRNN
 
-__all__ = ["ContextDecoder", "FeaturePredictor", "GlomoTransfer", "GraphMixture",
-           "GraphPredictor"]
+__all__ = ["ContextDecoder", "ContextualizedNonLocal", "FeaturePredictor", "GlomoTransfer",
+           "GraphMixture", "GraphPredictor", "LinearChainCRF", "SharedPrivateRNN"]
