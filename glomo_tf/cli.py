@@ -14,6 +14,7 @@ import sys
 COMMANDS = [
     ("demo", "glomo_tf.demo"),
     ("pretrain", "glomo_tf.pretrain"),
+    ("extract", "glomo_tf.extract"),
     ("export", "glomo_tf.export.cli"),
     ("serve", "glomo_tf.serving.server"),
 ]
