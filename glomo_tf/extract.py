@@ -115,7 +115,7 @@ def format_edges(item, top_k):
         for z in range(len(DIRECTIONS)):
             for layer in range(graphs.shape[1]):
                 row = graphs[z, layer, t]
-                best = [s for s in np.argsort(-row)[:top_k] if row[s] > 0]
+                best = [s for s in np.argsort(-row, kind="stable")[:top_k] if row[s] > 0]
                 edges = ", ".join(f"{tokens[s]}@{s} {row[s]:.2f}" for s in best) or "-"
                 parts.append(f"{('fw', 'bw')[z]}{layer + 1}: {edges}")
         lines.append(f"  {t:3d} {token:<14} " + " | ".join(parts))
