@@ -323,7 +323,9 @@ class GraphImageLogger(keras.callbacks.Callback):
         graphs = tf.reduce_mean(tf.cast(graphs, tf.float32), axis=3).numpy()  # [B, 2, L, T, T]
         lengths = tf.reduce_sum(tf.cast(ids != 0, tf.int32), axis=1).numpy()
         tokens = self.tokenizer.ids_to_tokens(ids).numpy()
-        with self._writer.as_default():
+        # record_if(True): a TensorBoard callback with a step-based update_freq leaves a
+        # record_if(step % update_freq == 0) active during fit, which would drop these images.
+        with self._writer.as_default(), tf.summary.record_if(True):
             for i, n in enumerate(lengths):
                 words = [t.decode("utf-8", "replace") for t in tokens[i, :n]]
                 for z, direction in enumerate(("forward", "backward")):

@@ -352,3 +352,24 @@ def test_graph_image_logger_draws_each_probe_direction_and_layer(tmp_path):
         logged = tf.io.decode_image(tf.make_ndarray(value.tensor)[2]).numpy()
         assert logged.shape == expected.shape
         np.testing.assert_array_equal(logged, expected)
+
+
+def test_graph_images_are_written_every_epoch_beside_step_based_tensorboard(tmp_path):
+    """TensorBoard with update_freq=3 keeps record_if(step % 3 == 0) active during fit; the graph
+    images must still be written at the end of epochs that end on other steps (2 and 4 here)."""
+    lines = tf.data.Dataset.from_tensor_slices(["the cat sat on the mat", "a dog ran far"])
+    tokenizer = Tokenizer.build(lines)
+    model = GlomoPretrainer(tokenizer.vocabulary_size, hidden_dim=8, num_layers=1, num_heads=2,
+                            conv_layers=1, context_length=2, decoder_layers=1, num_positions=None)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), run_eagerly=True)
+    ids = tokenizer.encode(["the cat sat on the mat a dog"] * 4, max_length=8)
+    written = []
+
+    class Count(keras.callbacks.Callback):  # what is on disk when each epoch ends
+        def on_epoch_end(self, epoch, logs=None):
+            written.append(len(events(str(tmp_path / "graphs"))))
+
+    callbacks = [training.StepTensorBoard(str(tmp_path), update_freq=3),
+                 training.GraphImageLogger(str(tmp_path), tokenizer, ["the cat ran"], 16), Count()]
+    model.fit(ids, batch_size=2, epochs=2, verbose=0, callbacks=callbacks)
+    assert written == [2, 4]  # forward and backward images, flushed at each epoch's end
