@@ -17,6 +17,7 @@ COMMANDS = [
     ("extract", "glomo_tf.extract"),
     ("export", "glomo_tf.export.cli"),
     ("serve", "glomo_tf.serving.server"),
+    ("transfer", "glomo_tf.transfer"),
 ]
 
 

@@ -1,0 +1,411 @@
+"""``glomo transfer``: text classification with and without transferred GLoMo graphs.
+
+Trains the classifier variants of :mod:`glomo_tf.models.classifier` (``baseline``,
+``glomo_embeddings``, ``glomo_rnn``, ``uniform``) on a labelled dataset for several seeds, with
+``model.fit`` (early stopping on validation accuracy, best weights restored), and reports test
+accuracy per variant and a paired comparison of each GLoMo variant with the baseline on the same
+seeds and splits.
+
+The pretrained graph predictor and its tokenizer come from a ``glomo pretrain`` run
+(``--run RUN_DIR``: ``RUN/graph_predictor.keras`` and ``RUN/tokenizer/``) or are given separately
+(``--model FILE.keras --tokenizer DIR``). Every variant then reads the pretraining tokenizer's ids.
+Without a predictor only ``--variants baseline uniform`` can run; the tokenizer is then built from
+each split's training texts.
+
+Splits: ``--split seeded`` (default) holds out a seeded 10% test set and carves a 10% validation
+set from the rest; ``--split kfold --folds 10`` runs every fold (the seed shuffles the folds and
+draws the validation set; a seed's accuracy is the mean over its folds). ``imdb`` and ``sst2`` use
+their official test sets (SST-2: the GLUE validation split).
+
+Outputs in ``--output-dir``: ``results.json`` (every run: dataset, variant, seed, fold, accuracy,
+epochs run, seconds) and ``results.md`` (mean ± std accuracy per variant, paired comparison per
+seed with the baseline: mean difference, wins/ties/losses, paired t statistic).
+
+Examples::
+
+    glomo transfer --run runs/wiki --dataset mr --seeds 0 1 2 3 4 --output-dir runs/wiki/mr
+    glomo transfer --dataset subj --variants baseline uniform --split kfold --output-dir subj
+    glomo transfer --run runs/wiki --dataset file --file reviews.tsv --text-column review \\
+        --label-column stars --output-dir runs/wiki/reviews
+"""
+
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+from glomo_tf.cli import UsageError
+
+DATASETS = ("mr", "subj", "file", "imdb", "sst2")
+TFDS_NAMES = {"imdb": "imdb_reviews", "sst2": "glue/sst2"}
+VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
+PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")
+VALIDATION_FRACTION = 0.1
+TEST_FRACTION = 0.1
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "transfer", help="text classification with and without transferred graphs (results table)",
+        description=__doc__.split("\n\n")[0])
+    source = parser.add_argument_group("pretrained graphs")
+    source.add_argument("--run", help="a glomo pretrain output directory")
+    source.add_argument("--model", help="a graph_predictor.keras file (instead of --run)")
+    source.add_argument("--tokenizer", help="its tokenizer directory (with --model)")
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", required=True, metavar="|".join(DATASETS),
+                      help="mr, subj (Pang & Lee), file (your own, --file), imdb, sst2 (tfds)")
+    data.add_argument("--data-dir", help="mr/subj: the folder holding the files (default: the "
+                                         "project's ../shared/data); imdb/sst2: tfds data_dir")
+    data.add_argument("--file", help="--dataset file: a .tsv/.csv file with a header, or a "
+                                     "directory with one .txt file or sub-directory per class")
+    data.add_argument("--text-column", default="text", help="text column of --file (default text)")
+    data.add_argument("--label-column", default="label",
+                      help="label column of --file (default label)")
+    data.add_argument("--max-length", type=int, default=64, help="units kept per text (default 64)")
+    exp = parser.add_argument_group("experiment")
+    exp.add_argument("--variants", nargs="+", default=list(VARIANTS), metavar="VARIANT",
+                     help=f"any of {' '.join(VARIANTS)} (default all)")
+    exp.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    exp.add_argument("--split", choices=("seeded", "kfold"), default="seeded",
+                     help="seeded 90/10 test split (default) or k-fold cross-validation")
+    exp.add_argument("--folds", type=int, default=10, help="folds of --split kfold (default 10)")
+    model = parser.add_argument_group("model and training")
+    model.add_argument("--embedding-dim", type=int, default=128)
+    model.add_argument("--rnn-units", type=int, default=128)
+    model.add_argument("--attention-heads", type=int, default=4)
+    model.add_argument("--dropout", type=float, default=0.3)
+    model.add_argument("--num-mixtures", type=int, default=2)
+    model.add_argument("--epochs", type=int, default=10)
+    model.add_argument("--patience", type=int, default=2,
+                       help="epochs without a better validation accuracy before stopping")
+    model.add_argument("--batch-size", type=int, default=50)
+    model.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
+    parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
+                        help="model.fit verbosity (1: progress bar)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+# ---------------------------------------------------------------------------------- inputs
+def _check_arguments(args):
+    if args.dataset not in DATASETS:
+        raise UsageError(f"Unknown --dataset {args.dataset!r}; choose one of {', '.join(DATASETS)}.")
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        raise UsageError(f"Unknown variant(s) {', '.join(unknown)}; choose from "
+                         f"{' '.join(VARIANTS)}.")
+    args.variants = list(dict.fromkeys(args.variants))
+    args.seeds = list(dict.fromkeys(args.seeds))
+    if args.dataset == "file" and not args.file:
+        raise UsageError("--dataset file needs --file PATH (a .tsv/.csv file or a directory).")
+    if args.file and args.dataset != "file":
+        raise UsageError("--file is read with --dataset file only.")
+    if args.split == "kfold" and args.dataset in TFDS_NAMES:
+        raise UsageError(f"--dataset {args.dataset} has an official test set; use --split seeded.")
+    if args.split == "kfold" and args.folds < 2:
+        raise UsageError("--folds must be >= 2.")
+    for flag in ("max_length", "epochs", "batch_size", "embedding_dim", "rnn_units",
+                 "attention_heads", "num_mixtures"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1.")
+    if args.patience < 0 or not 0.0 <= args.dropout < 1.0 or args.learning_rate <= 0:
+        raise UsageError("--patience must be >= 0, --dropout in [0, 1), --learning-rate > 0.")
+
+
+def _pretrained_paths(args):
+    """``(model_path, tokenizer_path)`` or ``(None, None)`` without a pretraining run."""
+    if args.run:
+        if args.model or args.tokenizer:
+            raise UsageError("Give either --run, or --model and --tokenizer, not both.")
+        if not os.path.isdir(args.run):
+            raise UsageError(f"--run {args.run!r} is not a directory; pass the --output-dir of a "
+                             "glomo pretrain run.")
+        model, tokenizer = (os.path.join(args.run, "graph_predictor.keras"),
+                            os.path.join(args.run, "tokenizer"))
+    elif args.model or args.tokenizer:
+        if not (args.model and args.tokenizer):
+            raise UsageError("--model and --tokenizer go together (the predictor reads the ids of "
+                             "its own tokenizer).")
+        model, tokenizer = args.model, args.tokenizer
+    else:
+        needing = [v for v in args.variants if v in PREDICTOR_VARIANTS]
+        if needing:
+            raise UsageError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
+                             "predictor: pass --run RUN_DIR (or --model and --tokenizer), or run "
+                             "--variants baseline uniform.")
+        return None, None
+    if not os.path.isfile(model):
+        raise UsageError(f"No graph predictor at {model!r}: a glomo pretrain run writes "
+                         "graph_predictor.keras when it finishes.")
+    if not os.path.exists(tokenizer):
+        raise UsageError(f"No tokenizer at {tokenizer!r} (a directory with vocab.txt).")
+    return model, tokenizer
+
+
+def load_task(args):
+    """``(texts, labels, class_names, official_test)``: ``official_test`` is None or the test
+    split's ``(texts, labels)`` for tfds datasets."""
+    from glomo_tf.data import labeled
+
+    try:
+        if args.dataset == "mr":
+            return (*labeled.load_mr(args.data_dir), None)
+        if args.dataset == "subj":
+            return (*labeled.load_subj(args.data_dir), None)
+        if args.dataset == "file":
+            return (*labeled.load_labeled_text(args.file, args.text_column, args.label_column),
+                    None)
+        name = TFDS_NAMES[args.dataset]
+        _, _, train_split, test_split = labeled.TFDS_TEXT_DATASETS[name]
+        texts, labels, class_names = labeled.load_tfds_text(name, train_split,
+                                                            data_dir=args.data_dir)
+        test_texts, test_labels, _ = labeled.load_tfds_text(name, test_split,
+                                                            data_dir=args.data_dir)
+        return texts, labels, class_names, (test_texts, test_labels)
+    except (FileNotFoundError, ValueError, ImportError) as error:
+        raise UsageError(str(error).replace("\n", " ")) from None
+
+
+def splits(num_examples, split, folds, seed):
+    """``[(fold, train, validation, test)]`` index arrays for one seed (``fold`` None when
+    seeded); the validation set is carved from the training part."""
+    from glomo_tf.data.labeled import kfold_splits, seeded_split
+
+    if split == "kfold":
+        parts = [(fold, train, test) for fold, (train, test)
+                 in enumerate(kfold_splits(num_examples, folds, seed))]
+    else:
+        train, test = seeded_split(num_examples, TEST_FRACTION, seed)
+        parts = [(None, train, test)]
+    out = []
+    for fold, train, test in parts:
+        keep, validation = seeded_split(len(train), VALIDATION_FRACTION, seed)
+        out.append((fold, train[keep], train[validation], test))
+    return out
+
+
+# ---------------------------------------------------------------------------------- training
+def encode(tokenizer, texts, max_length):
+    """int32 ids ``[N, T]``, padded with 0 and trimmed to the longest text (``T <= max_length``)."""
+    ids = tokenizer.encode(list(texts), max_length=max_length).numpy().astype("int32")
+    longest = max(1, int((ids != 0).sum(axis=1).max())) if len(ids) else 1
+    return ids[:, :longest]
+
+
+def train_and_evaluate(model, train, validation, test, args):
+    """Compiles and fits ``model`` on ``(ids, labels)`` pairs; returns the test accuracy (the
+    fraction of exact argmax hits, so equal counts give equal accuracies) and the epochs run."""
+    import keras
+
+    model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
+                                         patience=args.patience, restore_best_weights=True)
+    # Inference needs no gradients: twice the training batch (fewer steps, fewer partial batches).
+    inference_batch = 2 * args.batch_size
+    history = model.fit(train[0], train[1], validation_data=validation, epochs=args.epochs,
+                        batch_size=args.batch_size, validation_batch_size=inference_batch,
+                        callbacks=[stop], verbose=args.verbose)
+    probabilities = model.predict(test[0], batch_size=inference_batch, verbose=0)
+    accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
+    return accuracy, len(history.history["loss"])
+
+
+# ---------------------------------------------------------------------------------- report
+def per_seed_accuracy(runs, variant):
+    """``{seed: accuracy}`` of a variant (the mean over folds with k-fold splits)."""
+    by_seed = {}
+    for r in runs:
+        if r["variant"] == variant:
+            by_seed.setdefault(r["seed"], []).append(r["accuracy"])
+    return {seed: float(np.mean(values)) for seed, values in by_seed.items()}
+
+
+def paired_t(differences):
+    """Paired t statistic ``mean(d) / (std(d, ddof=1) / sqrt(n))`` of per-seed differences;
+    None for fewer than two pairs, +-inf when every difference is the same non-zero value."""
+    d = np.asarray(differences, np.float64)
+    if d.size < 2:
+        return None
+    mean, std = d.mean(), d.std(ddof=1)
+    if std <= 1e-12 * max(1.0, abs(mean)):  # equal differences, up to round-off
+        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    return float(mean / (std / math.sqrt(d.size)))
+
+
+def _two_sided_p(t, n):
+    """p-value of a paired t statistic with ``n - 1`` degrees of freedom (needs scipy)."""
+    try:
+        from scipy import stats
+    except ImportError:
+        return None
+    if t is None or not math.isfinite(t):
+        return None
+    return float(2 * stats.t.sf(abs(t), n - 1))
+
+
+def summarize(runs, variants):
+    """Per variant: seeds, mean and std (ddof=1) of the per-seed accuracies; per GLoMo variant:
+    the paired comparison with the baseline over the seeds both have."""
+    summary = {"variants": {}, "paired": {}}
+    for variant in variants:
+        accuracies = list(per_seed_accuracy(runs, variant).values())
+        if not accuracies:
+            continue
+        summary["variants"][variant] = {
+            "seeds": len(accuracies), "mean": float(np.mean(accuracies)),
+            "std": float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else 0.0,
+            "min": float(np.min(accuracies)), "max": float(np.max(accuracies))}
+    baseline = per_seed_accuracy(runs, "baseline")
+    for variant in variants:
+        if variant == "baseline" or not baseline:
+            continue
+        own = per_seed_accuracy(runs, variant)
+        seeds = sorted(set(own) & set(baseline))
+        if not seeds:
+            continue
+        d = np.array([own[s] - baseline[s] for s in seeds])
+        t = paired_t(d)
+        summary["paired"][variant] = {
+            "seeds": len(seeds), "mean_difference": float(d.mean()),
+            "wins": int((d > 0).sum()), "ties": int((d == 0).sum()), "losses": int((d < 0).sum()),
+            "t": t, "p": _two_sided_p(t, len(seeds)),
+            "differences": {str(s): float(x) for s, x in zip(seeds, d)}}
+    return summary
+
+
+def _format_t(t):
+    if t is None:
+        return "n/a"
+    if math.isinf(t):
+        return "+inf" if t > 0 else "-inf"
+    return f"{t:+.2f}"
+
+
+def format_markdown(summary, dataset, split_description):
+    lines = [f"## {dataset}: test accuracy ({split_description})", "",
+             "| variant | seeds | accuracy (mean ± std) | min | max |",
+             "|---|---:|---:|---:|---:|"]
+    for variant, s in summary["variants"].items():
+        lines.append(f"| {variant} | {s['seeds']} | {100 * s['mean']:.2f} ± {100 * s['std']:.2f} "
+                     f"| {100 * s['min']:.2f} | {100 * s['max']:.2f} |")
+    if summary["paired"]:
+        lines += ["", "Paired with the baseline on the same seeds and splits (difference in "
+                  "accuracy points; t = mean(d) / (std(d) / sqrt(n)), n - 1 degrees of freedom):",
+                  "", "| variant - baseline | seeds | mean difference | wins / ties / losses | "
+                  "paired t | p (two-sided) |", "|---|---:|---:|---:|---:|---:|"]
+        for variant, p in summary["paired"].items():
+            pvalue = "n/a" if p["p"] is None else f"{p['p']:.3f}"
+            lines.append(f"| {variant} | {p['seeds']} | {100 * p['mean_difference']:+.2f} | "
+                         f"{p['wins']} / {p['ties']} / {p['losses']} | {_format_t(p['t'])} | "
+                         f"{pvalue} |")
+    return "\n".join(lines) + "\n"
+
+
+def _write_results(output_dir, config, runs, variants, split_description):
+    summary = summarize(runs, variants)
+    with open(os.path.join(output_dir, "results.json"), "w", encoding="utf-8") as handle:
+        json.dump({"config": config, "runs": runs, "summary": summary}, handle, indent=2)
+    markdown = format_markdown(summary, config["dataset"], split_description)
+    with open(os.path.join(output_dir, "results.md"), "w", encoding="utf-8") as handle:
+        handle.write(markdown)
+    return markdown
+
+
+# ---------------------------------------------------------------------------------- main
+def run(args):
+    _check_arguments(args)
+    model_path, tokenizer_path = _pretrained_paths(args)
+    texts, labels, class_names, official_test = load_task(args)
+    if len(class_names) < 2 or len(np.unique(labels)) < 2:
+        raise UsageError(f"The {args.dataset} data holds a single class: a classifier needs two.")
+    try:
+        os.makedirs(args.output_dir, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"Cannot create --output-dir {args.output_dir!r}: {error}") from None
+
+    import keras
+
+    from glomo_tf.data.vocabulary import Tokenizer, check_vocabulary_matches
+    from glomo_tf.models.classifier import build_classifier
+    from glomo_tf.saving import load_graph_predictor
+
+    predictor = tokenizer = None
+    if model_path:
+        try:
+            tokenizer = Tokenizer.load(tokenizer_path)
+            predictor = load_graph_predictor(model_path)
+            check_vocabulary_matches(tokenizer.vocabulary, predictor)
+        except (ValueError, FileNotFoundError) as error:
+            raise UsageError(str(error).replace("\n", " ")) from None
+    fixed_ids = encode(tokenizer, texts, args.max_length) if tokenizer else None
+    if official_test is not None:
+        split_description = "official test split, 10% of training for validation"
+    elif args.split == "kfold":
+        split_description = f"{args.folds}-fold cross-validation, mean over folds per seed"
+    else:
+        split_description = "seeded 90/10 split, 10% of training for validation"
+    print(f"{args.dataset}: {len(texts)} examples, classes {class_names}; variants "
+          f"{' '.join(args.variants)}; seeds {' '.join(map(str, args.seeds))}; {split_description}")
+    config = {k: v for k, v in vars(args).items() if k != "func"}
+    config["class_names"] = class_names
+    runs = []
+    for seed in args.seeds:
+        if official_test is not None:
+            keep, validation = seeded_split_indices(len(texts), seed)
+            seed_splits = [(None, keep, validation, None)]
+        else:
+            try:
+                seed_splits = splits(len(texts), args.split, args.folds, seed)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+        for fold, train, validation, test in seed_splits:
+            if tokenizer is None:  # no pretraining: the task's own training texts
+                split_tokenizer = Tokenizer.build([texts[i] for i in train])
+                ids = encode(split_tokenizer, texts, args.max_length)
+                vocabulary_size = split_tokenizer.vocabulary_size
+            else:
+                ids, vocabulary_size = fixed_ids, tokenizer.vocabulary_size
+            if test is None:
+                test_ids = encode(tokenizer or split_tokenizer, official_test[0], args.max_length)
+                test_data = (test_ids, official_test[1])
+            else:
+                test_data = (ids[test], labels[test])
+            for variant in args.variants:
+                where = f"seed {seed}" + ("" if fold is None else f", fold {fold + 1}/{args.folds}")
+                print(f"\n== {args.dataset} | {variant} | {where}")
+                keras.utils.set_random_seed(seed)
+                model = build_classifier(
+                    vocabulary_size, len(class_names), variant, graph_predictor=predictor,
+                    embedding_dim=args.embedding_dim, rnn_units=args.rnn_units,
+                    attention_heads=args.attention_heads, dropout=args.dropout,
+                    num_mixtures=args.num_mixtures)
+                start = time.perf_counter()
+                accuracy, epochs_run = train_and_evaluate(
+                    model, (ids[train], labels[train]), (ids[validation], labels[validation]),
+                    test_data, args)
+                seconds = time.perf_counter() - start
+                print(f"   test accuracy {100 * accuracy:.2f} after {epochs_run} epoch(s), "
+                      f"{seconds:.1f}s")
+                runs.append({"dataset": args.dataset, "variant": variant, "seed": seed,
+                             "fold": fold, "accuracy": accuracy, "epochs_run": epochs_run,
+                             "seconds": round(seconds, 3), "train_examples": int(len(train)),
+                             "validation_examples": int(len(validation)),
+                             "test_examples": int(len(test_data[1]))})
+                markdown = _write_results(args.output_dir, config, runs, args.variants,
+                                          split_description)
+                del model
+    print("\n" + markdown)
+    print(f"Wrote {os.path.join(args.output_dir, 'results.json')} and results.md")
+    return 0
+
+
+def seeded_split_indices(num_examples, seed):
+    """``(train, validation)`` of a dataset whose test set is separate."""
+    from glomo_tf.data.labeled import seeded_split
+
+    return seeded_split(num_examples, VALIDATION_FRACTION, seed)

@@ -1,0 +1,155 @@
+"""``glomo transfer`` end to end on a planted-word task, its report, and its usage errors."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from glomo_tf import GraphPredictor, cli, save_graph_predictor
+from glomo_tf.data.vocabulary import Tokenizer
+from glomo_tf.transfer import paired_t, splits, summarize
+
+FILLER = "the a film movie story actor plot scene was is and of it this that very quite".split()
+CLASS_WORDS = {"neg": "awful", "pos": "great"}
+TINY = ["--embedding-dim", "16", "--rnn-units", "8", "--attention-heads", "2", "--num-mixtures",
+        "1", "--dropout", "0.1", "--batch-size", "16", "--learning-rate", "0.02", "--verbose", "2"]
+
+
+def planted_rows(count=198, seed=0):
+    """Short sentences of filler words; one planted word ("great"/"awful") decides the class."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(count):
+        label = ("neg", "pos")[i % 2]
+        words = list(rng.choice(FILLER, size=int(rng.integers(4, 9))))
+        words.insert(int(rng.integers(0, len(words) + 1)), CLASS_WORDS[label])
+        rows.append((" ".join(words), label))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """A labelled TSV file (columns sentence/class) and a tiny pretraining run directory."""
+    root = tmp_path_factory.mktemp("transfer")
+    rows = planted_rows()  # 160 / 18 / 20 examples: no partial training batch of 16
+    data = root / "planted.tsv"
+    data.write_text("id\tsentence\tclass\n" +
+                    "".join(f"{i}\t{text}\t{label}\n" for i, (text, label) in enumerate(rows)),
+                    encoding="utf-8")
+    run_dir = root / "run"
+    tokenizer = Tokenizer.build([text for text, _ in rows])
+    tokenizer.save(run_dir / "tokenizer")
+    keras.utils.set_random_seed(5)
+    predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=8, num_layers=2,
+                               num_heads=2, conv_layers=1)
+    predictor.build((None, None))
+    save_graph_predictor(predictor, str(run_dir / "graph_predictor.keras"))
+    return root, data, run_dir
+
+
+@pytest.mark.slow
+def test_transfer_end_to_end_with_a_run_dir(task, capsys):
+    root, data, run_dir = task
+    out = root / "out"
+    assert cli.main(["transfer", "--run", str(run_dir), "--dataset", "file", "--file", str(data),
+                     "--text-column", "sentence", "--label-column", "class",
+                     "--variants", "baseline", "glomo_embeddings", "--seeds", "0", "1",
+                     "--epochs", "2", "--patience", "2", "--max-length", "16",
+                     "--output-dir", str(out), *TINY]) == 0
+    printed = capsys.readouterr().out
+    with open(out / "results.json", encoding="utf-8") as handle:
+        results = json.load(handle)
+    runs = results["runs"]
+    assert [(r["variant"], r["seed"]) for r in runs] == [
+        ("baseline", 0), ("glomo_embeddings", 0), ("baseline", 1), ("glomo_embeddings", 1)]
+    for r in runs:
+        assert r["dataset"] == "file" and r["fold"] is None
+        assert 1 <= r["epochs_run"] <= 2 and r["seconds"] > 0
+        assert (r["train_examples"], r["validation_examples"], r["test_examples"]) == (160, 18, 20)
+        assert r["accuracy"] * 20 == pytest.approx(round(r["accuracy"] * 20))  # exact count / 20
+    baseline = [r["accuracy"] for r in runs if r["variant"] == "baseline"]
+    assert min(baseline) > 0.8, f"the planted word decides the class; baseline got {baseline}"
+    assert results["config"]["class_names"] == ["neg", "pos"]
+    markdown = (out / "results.md").read_text(encoding="utf-8")
+    table_rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1].strip() for row in table_rows] == [
+        "variant", "baseline", "glomo_embeddings", "variant - baseline", "glomo_embeddings"]
+    mean = 100 * np.mean(baseline)
+    assert f"| baseline | 2 | {mean:.2f} ± " in markdown
+    assert "| baseline | 2 |" in printed and "Epoch 1/2" in printed  # table and fit's progress
+
+
+@pytest.mark.slow
+def test_transfer_without_a_run_builds_its_own_tokenizer(tmp_path, capsys):
+    classes = tmp_path / "classes"
+    classes.mkdir()
+    for label, word in CLASS_WORDS.items():
+        lines = [text for text, row_label in planted_rows(60, seed=1) if row_label == label]
+        (classes / f"{label}.txt").write_text("\n".join(lines) + "\n")
+    # --variants baseline uniform both run without a predictor; uniform alone keeps this short.
+    assert cli.main(["transfer", "--dataset", "file", "--file", str(classes), "--variants",
+                     "uniform", "--seeds", "3", "--epochs", "1",
+                     "--output-dir", str(tmp_path / "out"), *TINY]) == 0
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [(r["variant"], r["seed"], r["epochs_run"]) for r in runs] == [("uniform", 3, 1)]
+    assert (runs[0]["train_examples"], runs[0]["test_examples"]) == (49, 6)
+    assert "| uniform | 1 |" in capsys.readouterr().out
+
+
+def test_paired_comparison_numbers():
+    runs = [{"variant": v, "seed": s, "fold": f, "accuracy": a} for v, s, f, a in [
+        ("baseline", 0, 0, 0.70), ("baseline", 0, 1, 0.80), ("baseline", 1, None, 0.80),
+        ("baseline", 2, None, 0.60), ("glomo_rnn", 0, 0, 0.80), ("glomo_rnn", 0, 1, 0.90),
+        ("glomo_rnn", 1, None, 0.80), ("glomo_rnn", 2, None, 0.70)]]
+    summary = summarize(runs, ["baseline", "glomo_rnn"])
+    assert summary["variants"]["baseline"]["mean"] == pytest.approx((0.75 + 0.8 + 0.6) / 3)
+    assert summary["variants"]["baseline"]["std"] == pytest.approx(np.std([.75, .8, .6], ddof=1))
+    paired = summary["paired"]["glomo_rnn"]
+    d = np.array([0.10, 0.0, 0.10])
+    assert (paired["wins"], paired["ties"], paired["losses"]) == (2, 1, 0)
+    assert paired["mean_difference"] == pytest.approx(d.mean())
+    assert paired["t"] == pytest.approx(d.mean() / (d.std(ddof=1) / np.sqrt(3)))
+    assert paired_t([0.1]) is None
+    assert paired_t([1 / 12, 0.0833333333333334]) == float("inf")  # equal up to round-off
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--dataset", "yelp"], "Unknown --dataset 'yelp'"),
+    (["--dataset", "mr", "--run", "/nonexistent/run"], "is not a directory"),
+    (["--dataset", "mr", "--variants", "glomo_rnn"], "need a pretrained graph predictor"),
+    (["--dataset", "mr", "--variants", "baseline", "lstm"], "Unknown variant(s) lstm"),
+    (["--dataset", "file"], "needs --file"),
+    (["--dataset", "mr", "--model", "/x.keras"], "--model and --tokenizer go together"),
+    (["--dataset", "mr", "--split", "kfold", "--folds", "1"], "--folds must be >= 2"),
+    (["--dataset", "sst2", "--variants", "baseline", "--split", "kfold"], "official test set"),
+])
+def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys, argv, fragment):
+    assert cli.main(["transfer", *argv, "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_single_class_file_and_a_missing_mr_folder_exit_2(tmp_path, capsys):
+    single = tmp_path / "single.tsv"
+    single.write_text("text\tlabel\ngood film\tpos\nfine film\tpos\n")
+    assert cli.main(["transfer", "--dataset", "file", "--file", str(single), "--variants",
+                     "baseline", "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "single class" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["transfer", "--dataset", "mr", "--data-dir", str(tmp_path), "--variants",
+                     "baseline", "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "rt-polarity.neg, rt-polarity.pos not found" in err and "--data-dir" in err
+
+
+def test_kfold_and_seeded_splits_carve_validation_from_training():
+    parts = splits(50, "kfold", 5, seed=2)
+    assert [fold for fold, *_ in parts] == [0, 1, 2, 3, 4]
+    assert sorted(np.concatenate([test for *_, test in parts]).tolist()) == list(range(50))
+    for _, train, validation, test in parts:
+        assert (len(train), len(validation), len(test)) == (36, 4, 10)
+        assert sorted(np.concatenate([train, validation, test]).tolist()) == list(range(50))
+    (fold, train, validation, test), = splits(50, "seeded", 10, seed=2)
+    assert fold is None and (len(train), len(validation), len(test)) == (41, 4, 5)
+    assert sorted(np.concatenate([train, validation, test]).tolist()) == list(range(50))
