@@ -18,6 +18,7 @@ COMMANDS = [
     ("export", "glomo_tf.export.cli"),
     ("serve", "glomo_tf.serving.server"),
     ("transfer", "glomo_tf.transfer"),
+    ("tune", "glomo_tf.tuning.cli"),
 ]
 
 
