@@ -34,8 +34,6 @@ MODEL = dict(hidden_dim=64, num_layers=2, num_heads=4, conv_layers=1, kernel_siz
              context_length=3, decoder_layers=1, num_positions=None)
 LEARNING_RATE = 3e-3
 CLIP_NORM = 1.0
-# Start every graph dense (scores shifted up by -INITIAL_THRESHOLD) so every row gets gradients.
-INITIAL_THRESHOLD = -1.0
 # Embeddings drawn from U(-0.5, 0.5), not the reference code's U(-0.1, 0.1): one head's share of a
 # small embedding is too faint a message for the decoders to learn from in a few minutes (measured:
 # with an oracle graph in a single head, the planted values stay unpredicted at +-0.1 and are
@@ -93,9 +91,7 @@ def build_model(vocabulary_size, seed=0):
     keras.utils.set_random_seed(seed)
     model = GlomoPretrainer(vocabulary_size, seed=seed, **MODEL)
     model.build()
-    predictor = model.graph_predictor
-    predictor.threshold_bias.assign(
-        np.full(predictor.threshold_bias.shape, INITIAL_THRESHOLD, "float32"))
+    predictor = model.graph_predictor  # threshold bias starts at -1: dense first graphs
     rng = np.random.default_rng(seed)
     predictor.embeddings.assign(rng.uniform(-EMBEDDING_SCALE, EMBEDDING_SCALE,
                                             predictor.embeddings.shape).astype("float32"))
@@ -217,7 +213,7 @@ def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, tes
                      "batch_size": batch_size, "seed": seed,
                      "optimizer": f"Adam(learning_rate={LEARNING_RATE}, "
                                   f"global_clipnorm={CLIP_NORM})",
-                     "initial_threshold": INITIAL_THRESHOLD,
+                     "initial_threshold": model.graph_predictor.initial_threshold,
                      "embedding_scale": EMBEDDING_SCALE,
                      "loss": [float(x) for x in history.history["loss"]],
                      "perplexity": [float(x) for x in history.history["perplexity"]],

@@ -358,3 +358,24 @@ def test_numpy_integer_sizes_are_accepted():
     layer = make_predictor(hidden_dim=np.int64(D), num_heads=np.int32(K))
     assert layer.get_config()["hidden_dim"] == D and isinstance(layer.hidden_dim, int)
     assert layer(IDS)["graphs"].shape == (3, 2, L, K, T, T)
+
+
+def test_fresh_predictor_starts_with_dense_graphs():
+    """The threshold bias starts at -1, so every row with an admissible source has weight at the
+    start (no direction begins dead); with initial_threshold=0 about half the scores are cut."""
+    ids = np.random.default_rng(3).integers(1, 30, (4, 12)).astype("int32")
+    ids[1, 9:] = 0
+    layer = GraphPredictor(30, 16, num_layers=2, num_heads=2, conv_layers=1)
+    graphs = layer(ids, training=True)["graphs"].numpy()
+    np.testing.assert_array_equal(layer.threshold_bias.numpy(), -1.0)
+    real = ids != 0
+    for z in range(2):
+        for b in range(4):
+            for t in range(12):
+                side = np.arange(12) < t if z == 0 else np.arange(12) > t
+                if real[b, t] and (side & real[b]).any():
+                    assert np.all(graphs[b, z, :, :, t].sum(-1) > 0.999)
+    zero = GraphPredictor(30, 16, num_layers=2, num_heads=2, conv_layers=1, initial_threshold=0.0)
+    zero.build((None, None))
+    assert zero.get_config()["initial_threshold"] == 0.0
+    np.testing.assert_array_equal(zero.threshold_bias.numpy(), 0.0)
