@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from glomo_tf.cli import UsageError
+from glomo_tf.cli import UsageError, add_pretrained_arguments, pretrained_paths
 
 DIRECTIONS = ("forward", "backward")
 
@@ -30,10 +30,7 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "extract", help="graphs of a pretrained predictor over sentences (table, PNG, JSON)",
         description=__doc__.split("\n\n")[0])
-    source = parser.add_argument_group("model")
-    source.add_argument("--run", help="a glomo pretrain output directory")
-    source.add_argument("--model", help="a graph_predictor.keras file (instead of --run)")
-    source.add_argument("--tokenizer", help="a tokenizer directory (instead of --run)")
+    add_pretrained_arguments(parser)
     text = parser.add_argument_group("sentences")
     text.add_argument("--text", action="append", default=[], help="a sentence (repeatable)")
     text.add_argument("--file", help="a text file, one sentence per line")
@@ -51,24 +48,10 @@ def register(subparsers):
 
 
 def _paths(args):
-    if args.run:
-        if args.model or args.tokenizer:
-            raise UsageError("Give either --run, or --model and --tokenizer, not both.")
-        if not os.path.isdir(args.run):
-            raise UsageError(f"--run {args.run!r} is not a directory; pass the --output-dir of a "
-                             "glomo pretrain run.")
-        model = os.path.join(args.run, "graph_predictor.keras")
-        tokenizer = os.path.join(args.run, "tokenizer")
-    elif args.model and args.tokenizer:
-        model, tokenizer = args.model, args.tokenizer
-    else:
+    model, tokenizer = pretrained_paths(args)
+    if model is None:
         raise UsageError("Say which predictor to use: --run RUN_DIR, or --model FILE.keras "
                          "--tokenizer DIR.")
-    if not os.path.isfile(model):
-        raise UsageError(f"No graph predictor at {model!r}: a glomo pretrain run writes "
-                         "graph_predictor.keras when it finishes.")
-    if not os.path.exists(tokenizer):
-        raise UsageError(f"No tokenizer at {tokenizer!r} (a directory with vocab.txt).")
     return model, tokenizer
 
 

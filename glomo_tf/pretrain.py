@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from glomo_tf.cli import UsageError
+from glomo_tf.cli import UsageError, refuse_changed_settings
 
 MODEL_ARGS = ("hidden_dim", "num_layers", "num_heads", "head_dim", "conv_layers", "kernel_size",
               "threshold", "normalization", "coupled", "composition", "context_length",
@@ -144,12 +144,9 @@ def settings_from_args(args):
 
 def check_resumable(saved, current):
     """Raises a UsageError when a resumed run was started with different settings."""
-    changed = [k for k in current if k not in RESUMABLE and saved.get(k) != current[k]]
-    if changed:
-        details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in changed)
-        raise UsageError(
-            f"the run directory holds a run with other settings ({details}). Resume with the same "
-            "settings, or start a new run with another --output-dir.")
+    refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
+                            "Resume with the same settings, or start a new run with another "
+                            "--output-dir.")
 
 
 def make_optimizer(s):

@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from glomo_tf.cli import UsageError
+from glomo_tf.cli import UsageError, add_pretrained_arguments, pretrained_paths
 
 DATASETS = ("mr", "subj", "file", "imdb", "sst2")
 TFDS_NAMES = {"imdb": "imdb_reviews", "sst2": "glue/sst2"}
@@ -50,10 +50,7 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "transfer", help="text classification with and without transferred graphs (results table)",
         description=__doc__.split("\n\n")[0])
-    source = parser.add_argument_group("pretrained graphs")
-    source.add_argument("--run", help="a glomo pretrain output directory")
-    source.add_argument("--model", help="a graph_predictor.keras file (instead of --run)")
-    source.add_argument("--tokenizer", help="its tokenizer directory (with --model)")
+    add_pretrained_arguments(parser)
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", required=True, metavar="|".join(DATASETS),
                       help="mr, subj (Pang & Lee), file (your own, --file), imdb, sst2 (tfds)")
@@ -118,31 +115,12 @@ def _check_arguments(args):
 
 def _pretrained_paths(args):
     """``(model_path, tokenizer_path)`` or ``(None, None)`` without a pretraining run."""
-    if args.run:
-        if args.model or args.tokenizer:
-            raise UsageError("Give either --run, or --model and --tokenizer, not both.")
-        if not os.path.isdir(args.run):
-            raise UsageError(f"--run {args.run!r} is not a directory; pass the --output-dir of a "
-                             "glomo pretrain run.")
-        model, tokenizer = (os.path.join(args.run, "graph_predictor.keras"),
-                            os.path.join(args.run, "tokenizer"))
-    elif args.model or args.tokenizer:
-        if not (args.model and args.tokenizer):
-            raise UsageError("--model and --tokenizer go together (the predictor reads the ids of "
-                             "its own tokenizer).")
-        model, tokenizer = args.model, args.tokenizer
-    else:
-        needing = [v for v in args.variants if v in PREDICTOR_VARIANTS]
-        if needing:
-            raise UsageError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
-                             "predictor: pass --run RUN_DIR (or --model and --tokenizer), or run "
-                             "--variants baseline uniform.")
-        return None, None
-    if not os.path.isfile(model):
-        raise UsageError(f"No graph predictor at {model!r}: a glomo pretrain run writes "
-                         "graph_predictor.keras when it finishes.")
-    if not os.path.exists(tokenizer):
-        raise UsageError(f"No tokenizer at {tokenizer!r} (a directory with vocab.txt).")
+    model, tokenizer = pretrained_paths(args)
+    needing = [v for v in args.variants if v in PREDICTOR_VARIANTS]
+    if model is None and needing:
+        raise UsageError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
+                         "predictor: pass --run RUN_DIR (or --model and --tokenizer), or run "
+                         "--variants baseline uniform.")
     return model, tokenizer
 
 

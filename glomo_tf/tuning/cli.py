@@ -29,7 +29,7 @@ import json
 import os
 import sys
 
-from glomo_tf.cli import UsageError
+from glomo_tf.cli import UsageError, refuse_changed_settings
 
 TUNER_NAMES = ("random", "hyperband", "bayesian")
 # Settings that may change when resuming a search (everything else must match).
@@ -148,13 +148,9 @@ def settings_from_args(args):
 
 def check_resumable(saved, current):
     """Raises a UsageError when a search is resumed with other settings."""
-    changed = [k for k in current if k not in RESUMABLE and saved.get(k) != current[k]]
-    if changed:
-        details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in changed)
-        raise UsageError(
-            f"the project holds a search with other settings ({details}). Resume with the same "
-            "settings (only --max-trials may change), pass --overwrite to start afresh, or use "
-            "another --project.")
+    refuse_changed_settings(saved, current, RESUMABLE, "the project holds a search",
+                            "Resume with the same settings (only --max-trials may change), pass "
+                            "--overwrite to start afresh, or use another --project.")
 
 
 # ---------------------------------------------------------------------- data
