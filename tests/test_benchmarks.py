@@ -1,0 +1,90 @@
+"""The transfer benchmarks run end to end at the smallest sizes and print the JSON they document.
+
+Both scripts run once, side by side, as subprocesses (``transfer_cost.py`` itself starts one
+subprocess per method and sequence length); timings are not checked, only the JSON's shape and that
+the chained mixture and the explicit ``T x T`` products give the same output.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(REPO, "benchmarks")
+SEQS = (16, 32)
+COST_ARGS = ["--seq", *map(str, SEQS), "--batch", "2", "--d", "8", "--layers", "2", "--heads", "2",
+             "--mixtures", "2", "--iters", "1", "--warmup", "0", "--rounds", "1"]
+OVERHEAD_ARGS = ["--batch", "2", "--seq", "16", "--d", "8", "--vocab", "50", "--layers", "1",
+                 "--heads", "2", "--conv-layers", "1", "--iters", "1", "--warmup", "0",
+                 "--rounds", "1"]
+
+
+def start(script, args):
+    return subprocess.Popen([sys.executable, os.path.join(BENCHMARKS, script), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def outputs():
+    procs = {"cost": start("transfer_cost.py", COST_ARGS),
+             "overhead": start("transfer_overhead.py", OVERHEAD_ARGS)}
+    return {name: finish(proc) for name, proc in procs.items()}
+
+
+@pytest.mark.slow
+def test_transfer_cost_json(outputs):
+    result = outputs["cost"]
+    assert result["errors"] == {} and result["skipped"] == {}
+    assert result["config"]["seq"] == list(SEQS)
+    setting = result["results"]["function/forward"]
+    assert set(result["results"]) == {"function/forward"}
+    for method in ("chained", "explicit"):
+        out = setting[method]
+        for key in ("ms_median", "peak_mb", "ms_rounds", "first_call_s"):
+            assert set(out[key]) == {str(t) for t in SEQS}, (method, key)
+        assert all(v > 0 for v in out["ms_median"].values())
+        assert all(v >= 0 for v in out["peak_mb"].values())
+        assert isinstance(out["loglog_slope"], float)
+        assert out["loglog_slope_largest_3"] is None  # only two lengths
+    assert set(setting["explicit_over_chained_ms"]) == {str(t) for t in SEQS}
+    diffs = result["max_abs_diff_chained_vs_explicit"]["function/forward"]
+    assert set(diffs) == {str(t) for t in SEQS}
+    assert all(d["output"] < 1e-4 for d in diffs.values())
+    assert result["max_abs_diff_output"] < 1e-4
+
+
+@pytest.mark.slow
+def test_transfer_overhead_json(outputs):
+    result = outputs["overhead"]
+    variants = {"none", "glomo", "mha"}
+    assert set(result["ms_per_step_median"]) == variants
+    assert all(v > 0 for v in result["ms_per_step_median"].values())
+    assert all(len(v) == 1 for v in result["ms_per_step_rounds"].values())
+    assert set(result["added_ms_per_step"]) == {"glomo", "mha"}
+    assert "ratio_glomo_added_over_mha_added" in result
+    assert len(result["ratio_glomo_added_over_mha_added_rounds"]) == 1
+    assert result["predictor_frozen_and_unchanged"] is True
+    assert result["parameters"]["glomo"]["non_trainable"] > 0  # the frozen predictor
+    assert result["parameters"]["mha"]["non_trainable"] == 0
+
+
+def test_explicit_skipped_beyond_max_t():
+    spec = importlib.util.spec_from_file_location(
+        "transfer_cost", os.path.join(BENCHMARKS, "transfer_cost.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a = module.parse_args(["--seq", "64", "128", "--max-explicit-T", "64"])
+    assert module.explicit_skip_reason(a, 64, "forward") is None
+    assert "--max-explicit-T 64" in module.explicit_skip_reason(a, 128, "forward")
+    huge = module.parse_args(["--batch", "4096", "--heads", "64"])  # ~ petabytes of products
+    assert "exceeds" in module.explicit_skip_reason(huge, 1024, "forward_backward")
