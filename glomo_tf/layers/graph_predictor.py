@@ -54,9 +54,10 @@ class GraphPredictor(keras.layers.Layer):
         embeddings_initializer: initializer of the embedding table.
         initial_threshold: float, initial value of the threshold bias ``c`` (``b`` for
             ``threshold="scalar"``). The default ``-1.0`` shifts every score up by one at the
-            start, so the first graphs are dense and every row gets gradients; with ``0.0`` about
-            half the scores start below the threshold, and on real text (WikiText-2) whole
-            directions went dead (every row all zero, hence no gradient) within the first epochs.
+            start, so the first graphs are dense and every row gets gradients (with ``0.0`` the
+            planted-corpus demo's graphs came out empty). A row whose scores all fall below the
+            threshold gets no gradient and stays empty: watch the graphs during pretraining
+            (``glomo pretrain --probe``, ``glomo extract``).
 
     Call arguments:
         token_ids: int tensor ``[batch, T]``; 0 marks padding.
