@@ -26,9 +26,11 @@ VOCAB, T, WINDOWS, GLOBAL_BATCH, STEPS = 30, 12, 8, 4, 4
 
 def model_config(conv_layers):
     # No dropout and decoding from every position (num_positions=None): a step has no randomness.
+    # initial_threshold=0: sparser first graphs, so every weight of this tiny model moves well
+    # above float32 rounding in the few clipped steps (the comparisons need that).
     return dict(vocabulary_size=VOCAB, hidden_dim=8, num_layers=2, num_heads=2,
                 conv_layers=conv_layers, context_length=2, decoder_layers=1, num_positions=None,
-                dropout=0.0)
+                dropout=0.0, initial_threshold=0.0)
 
 
 def windows():

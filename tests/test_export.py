@@ -212,6 +212,7 @@ def test_graphs_match_the_keras_layer_in_inference_mode(word):
     out = _call(word, "serving_default", text=tf.constant(texts))
     graphs, lengths = out["graphs"], out["lengths"]
     assert graphs.dtype == np.float32 and (graphs > 0).any()
+    compared_modes = 0
     for row, n in enumerate(lengths):
         block = graphs[row, ..., :n, :n]
         outside = graphs[row].copy()
@@ -223,12 +224,16 @@ def test_graphs_match_the_keras_layer_in_inference_mode(word):
         ids = out["token_ids"][row:row + 1, :n]
         expected = predictor(ids, training=False)["graphs"][0].numpy()
         np.testing.assert_allclose(block, expected, rtol=1e-5, atol=1e-6)
-        # Not the training-mode (batch statistics) graphs.
-        training = copy(ids, training=True)["graphs"][0].numpy()
-        assert not np.allclose(block, training, atol=1e-4)
+        # Not the training-mode (batch statistics) graphs. With fewer than 3 units every row has
+        # at most one admissible source, so both modes give the same 0/1 graphs.
+        if n >= 3:
+            training = copy(ids, training=True)["graphs"][0].numpy()
+            assert not np.allclose(block, training, atol=1e-4)
+            compared_modes += 1
         sums = block.sum(-1)
         assert np.all(np.isclose(sums, 1, atol=1e-5) | np.isclose(sums, 0))
         assert not np.triu(block[0]).any() and not np.tril(block[1]).any()  # directions
+    assert compared_modes >= 3
 
 
 def _numpy_top_k(graphs, k):

@@ -43,7 +43,7 @@ class GlomoPretrainer(keras.Model):
         vocabulary_size: int, token ids in ``[0, vocabulary_size)``; 0 is padding.
         hidden_dim: int, width ``d`` of embeddings, features and decoder states.
         num_layers, num_heads, head_dim, conv_layers, kernel_size, threshold, normalization,
-            coupled, dropout: passed to :class:`GraphPredictor`.
+            coupled, dropout, initial_threshold: passed to :class:`GraphPredictor`.
         composition: ``"gru"`` or ``"residual"``, the feature predictor's composition ``v``.
         context_length: int, ``D`` units predicted per position (1 = ``-sequence`` ablation).
         decoder_layers: int, GRU layers of each decoder.
@@ -70,7 +70,8 @@ class GlomoPretrainer(keras.Model):
     def __init__(self, vocabulary_size, hidden_dim=256, num_layers=3, num_heads=8, head_dim=None,
                  conv_layers=4, kernel_size=3, threshold="query", normalization="squared_relu",
                  coupled=False, composition="gru", context_length=3, decoder_layers=2,
-                 num_positions=20, objective="unit", dropout=0.0, seed=None, **kwargs):
+                 num_positions=20, objective="unit", dropout=0.0, seed=None,
+                 initial_threshold=-1.0, **kwargs):
         super().__init__(**kwargs)
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
@@ -86,15 +87,15 @@ class GlomoPretrainer(keras.Model):
             kernel_size=kernel_size, threshold=threshold, normalization=normalization,
             coupled=coupled, composition=composition, context_length=context_length,
             decoder_layers=decoder_layers, num_positions=num_positions, objective=objective,
-            dropout=dropout, seed=seed)
+            dropout=dropout, seed=seed, initial_threshold=initial_threshold)
         self.num_positions = num_positions
         self.objective = objective
         self.graph_predictor = GraphPredictor(
             vocabulary_size, hidden_dim, num_layers=num_layers, num_heads=num_heads,
             head_dim=head_dim, conv_layers=conv_layers, kernel_size=kernel_size,
             threshold=threshold, normalization=normalization, coupled=coupled,
-            composition=composition, dropout=dropout, dtype=self.dtype_policy,
-            name="graph_predictor")
+            composition=composition, dropout=dropout, initial_threshold=initial_threshold,
+            dtype=self.dtype_policy, name="graph_predictor")
         self.feature_predictor = None if coupled else FeaturePredictor(
             hidden_dim, num_heads, composition=composition, dtype=self.dtype_policy,
             name="feature_predictor")
