@@ -2,10 +2,17 @@
 
 Needs the ``tune`` extra (``pip install -e ".[tune]"``, keras-tuner). See
 :mod:`glomo_tf.tuning.hypermodel` and the ``glomo tune`` command (:mod:`glomo_tf.tuning.cli`).
+The names below are loaded on first use, so ``glomo`` and its other commands work without
+keras-tuner installed.
 """
 
-from glomo_tf.tuning.hypermodel import (OBJECTIVE, OBJECTIVE_NAME, TUNERS, GlomoHyperModel,
-                                        first_unit_loss, make_tuner, results_table, trial_rows)
+import importlib
 
 __all__ = ["OBJECTIVE", "OBJECTIVE_NAME", "TUNERS", "GlomoHyperModel", "first_unit_loss",
            "make_tuner", "results_table", "trial_rows"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        return getattr(importlib.import_module("glomo_tf.tuning.hypermodel"), name)
+    raise AttributeError(f"module 'glomo_tf.tuning' has no attribute {name!r}")

@@ -1,0 +1,31 @@
+"""The ``glomo`` command itself: every command registers, also without the optional extras."""
+
+import subprocess
+import sys
+
+BLOCK_EXTRAS = ("import sys\n"
+                "for name in ('keras_tuner', 'tensorflow_datasets', 'tensorflow_serving'):\n"
+                "    sys.modules[name] = None  # as if the extra were not installed\n")
+
+
+def run_python(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_help_lists_every_command_without_the_optional_extras():
+    """`pip install -e .` (no extras) then `glomo demo`: the parser must not need keras-tuner,
+    tensorflow-datasets or tensorflow-serving-api."""
+    proc = run_python(BLOCK_EXTRAS + "from glomo_tf.cli import main\nsys.exit(main(['--help']))")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from glomo_tf.cli import COMMANDS
+    for command, _ in COMMANDS:
+        assert command in proc.stdout
+
+
+def test_tune_without_keras_tuner_says_what_to_install(tmp_path):
+    proc = run_python(BLOCK_EXTRAS + "from glomo_tf.cli import main\n"
+                      f"sys.exit(main(['tune', '--planted', '--directory', {str(tmp_path)!r}]))")
+    assert proc.returncode == 2
+    assert 'pip install -e ".[tune]"' in proc.stderr
+    assert "Traceback" not in proc.stderr
