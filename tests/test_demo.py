@@ -81,8 +81,8 @@ def test_default_demo_recovers_the_planted_edges(tmp_path):
     for name in planted.DIRECTIONS:
         report = result["recovery"][name]
         assert report["best_head"]["share"] >= 2 * report["positional_baseline"]["share"], report
-    untrained = demo.build_model(planted.builtin_corpus("test", 4, **demo.CORPUS).vocabulary.size)
     test = planted.builtin_corpus("test", 64, **demo.CORPUS)
+    untrained = demo.build_model(test.vocabulary.size)
     before = demo.recovery_report(demo.predict_graphs(untrained, test.token_ids), test)
     for name in planted.DIRECTIONS:
         assert before[name]["best_head"]["share"] < 2 * before[name]["chance"] + 0.1

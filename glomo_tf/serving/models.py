@@ -434,15 +434,7 @@ class ModelManager:
         with self._lock:
             config = self._config(name)
             states = self._versions.get(name, {})
-            if version is not None and label is not None:
-                raise invalid(f"Both model version ({version}) and model version label ({label}) "
-                              "cannot be supplied.")
-            if label is not None:
-                labels = dict(config.labels)
-                if label not in labels:
-                    raise invalid(f"Unrecognized servable version label: {label} (model {name!r} "
-                                  f"has: {', '.join(sorted(labels)) or 'no labels'})")
-                version = labels[label]
+            version = _requested_version(name, config, version, label)
             if version is not None:
                 state = states.get(version)
                 if state is None or state.state != "AVAILABLE":
@@ -461,14 +453,7 @@ class ModelManager:
         with self._lock:
             config = self._config(name)
             states = self._versions.get(name, {})
-            if version is not None and label is not None:
-                raise invalid(f"Both model version ({version}) and model version label ({label}) "
-                              "cannot be supplied.")
-            if label is not None:
-                labels = dict(config.labels)
-                if label not in labels:
-                    raise invalid(f"Unrecognized servable version label: {label}")
-                version = labels[label]
+            version = _requested_version(name, config, version, label)
             if version is not None:
                 if version not in states:
                     raise not_found(f"Could not find version {version} of model {name}")
@@ -476,6 +461,20 @@ class ModelManager:
             if not states:
                 raise not_found(f"Could not find any versions of model {name}")
             return [dataclasses.replace(states[v]) for v in sorted(states, reverse=True)]
+
+
+def _requested_version(name, config, version, label):
+    """The version a request names, by number or by label (None: the latest)."""
+    if version is not None and label is not None:
+        raise invalid(f"Both model version ({version}) and model version label ({label}) "
+                      "cannot be supplied.")
+    if label is None:
+        return version
+    labels = dict(config.labels)
+    if label not in labels:
+        raise invalid(f"Unrecognized servable version label: {label} (model {name!r} "
+                      f"has: {', '.join(sorted(labels)) or 'no labels'})")
+    return labels[label]
 
 
 def _stamp(path):
