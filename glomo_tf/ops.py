@@ -84,6 +84,26 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
     return tf.cast(graphs, out_dtype)
 
 
+def live_rows(graphs, padding_mask):
+    """Share of live rows per direction, layer and head: ``[2, L, K]`` floats in ``[0, 1]``.
+
+    A row (receiving unit) counts when it is a real unit with at least one admissible source; it is
+    live when its weights sum to about 1 rather than 0 (every score under the threshold). A graph
+    whose share is 0 is dead: it gets no gradient and passes nothing downstream.
+
+    Args:
+        graphs: ``[B, 2, L, K, T, T]`` from :class:`~glomo_tf.layers.GraphPredictor`.
+        padding_mask: bool ``[B, T]``.
+    """
+    admissible = admissible_sources(padding_mask)  # [B, 2, 1, 1, T, T]
+    rows = tf.logical_and(tf.reduce_any(admissible > 0, axis=-1),
+                          padding_mask[:, None, None, None, :])  # [B, 2, 1, 1, T]
+    rows = tf.cast(rows, tf.float32)
+    live = tf.cast(tf.reduce_sum(tf.cast(graphs, tf.float32), axis=-1) > 0.5, tf.float32)
+    counted = tf.reduce_sum(rows, axis=[0, 4])  # [2, 1, 1]
+    return tf.reduce_sum(live * rows, axis=[0, 4]) / tf.maximum(counted, 1.0)
+
+
 def uniform_graphs(padding_mask, dtype=tf.float32):
     """``[B, 2, T, T]`` uniform graphs: each row spreads its weight evenly over admissible sources.
 

@@ -26,7 +26,8 @@ from glomo_tf.cli import UsageError, refuse_changed_settings
 
 MODEL_ARGS = ("hidden_dim", "num_layers", "num_heads", "head_dim", "conv_layers", "kernel_size",
               "threshold", "normalization", "coupled", "composition", "context_length",
-              "decoder_layers", "num_positions", "objective", "dropout")
+              "decoder_layers", "num_positions", "objective", "dropout", "live_row_weight",
+              "live_row_margin")
 # Settings that may change between a run and its resumption (everything else must match).
 RESUMABLE = ("epochs", "checkpoint_every", "early_stopping", "probe", "verbose", "strategy", "tpu")
 
@@ -72,6 +73,11 @@ def register(subparsers):
                        help="positions decoded per window, or 'all'")
     model.add_argument("--objective", choices=("unit", "sentence"), default="unit")
     model.add_argument("--dropout", type=float, default=0.0)
+    model.add_argument("--live-row-weight", type=float, default=1.0,
+                       help="weight of the hinge that keeps every graph row's best score above "
+                            "its threshold (0 turns it off: rows that die stay empty)")
+    model.add_argument("--live-row-margin", type=float, default=0.1,
+                       help="how far above the threshold a row's best score must stay")
 
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
@@ -129,6 +135,8 @@ def settings_from_args(args):
         s["batch_size"] = 32
     if s["learning_rate"] is None:
         s["learning_rate"] = 1.0 if s["optimizer"] == "sgd" else 1e-3
+    if s["live_row_weight"] < 0 or s["live_row_margin"] < 0:
+        raise UsageError("--live-row-weight and --live-row-margin must be >= 0.")
     if s["window"] <= s["context_length"]:
         raise UsageError(f"--window ({s['window']}) must be longer than --context-length "
                          f"({s['context_length']}).")
@@ -369,6 +377,26 @@ def _callbacks(s, model, tokenizer, run_dir, checkpoints, global_batch, validati
     return callbacks
 
 
+def _liveness(model, dataset, batches=4):
+    """Live-row shares of the learned graphs on a few validation batches (see ops.live_rows)."""
+    import numpy as np
+
+    from glomo_tf import ops
+    shares = []
+    for batch in dataset.take(batches):
+        ids = batch[0] if isinstance(batch, tuple) else batch
+        if hasattr(ids, "values"):  # a distributed batch: its replicas' parts
+            ids = np.concatenate([v.numpy() for v in ids.values])
+        outputs = model.graph_predictor(ids, training=False)
+        shares.append(ops.live_rows(outputs["graphs"], outputs["padding_mask"]).numpy())
+    if not shares:
+        return {}
+    live = np.mean(shares, axis=0)  # [2, L, K]
+    return {"live_rows": {d: np.round(live[z], 3).tolist()
+                          for z, d in enumerate(("forward", "backward"))},
+            "dead_graphs": int((live == 0).sum())}
+
+
 def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s):
     from glomo_tf import training
     metrics = {"steps": int(model.optimizer.iterations.numpy()),
@@ -378,6 +406,7 @@ def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, 
         result = model.evaluate(validation, verbose=0, return_dict=True)
         metrics.update({"val_loss": float(result["loss"]),
                         "val_perplexity": float(result["perplexity"])})
+        metrics.update(_liveness(model, validation))
     if not training.is_chief():
         return
     model.save(os.path.join(run_dir, "pretrainer.keras"))

@@ -14,6 +14,8 @@ import time
 import keras
 import tensorflow as tf
 
+from glomo_tf import ops
+
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 LATEST = "latest"
 
@@ -303,7 +305,10 @@ class GraphImageLogger(keras.callbacks.Callback):
     """Draws the learned graphs of fixed probe sentences into TensorBoard every epoch.
 
     One image per probe, direction and graph layer: the graph averaged over heads, with the
-    probe's units on both axes (receiving units as rows, sources as columns).
+    probe's units on both axes (receiving units as rows, sources as columns), under
+    ``log_dir/graphs``; and, under ``log_dir/liveness``, the scalars ``live_rows/{direction}``
+    (share of the probes' rows that are not empty, over layers and heads) and ``dead_graphs`` (how
+    many of the ``2 * L * K`` graphs have no live row on the probes; see ``ops.live_rows``).
     """
 
     def __init__(self, log_dir, tokenizer, probes, max_length=64):
@@ -313,18 +318,28 @@ class GraphImageLogger(keras.callbacks.Callback):
         self.probes = list(probes)
         self.max_length = max_length
         self._writer = None
+        self._liveness_writer = None
 
     def on_epoch_end(self, epoch, logs=None):
         from glomo_tf import viz
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "graphs"))
+            self._liveness_writer = tf.summary.create_file_writer(
+                os.path.join(self.log_dir, "liveness"))
         ids = self.tokenizer.encode(self.probes, max_length=self.max_length)
-        graphs = self.model.graph_predictor(ids, training=False)["graphs"]
+        outputs = self.model.graph_predictor(ids, training=False)
+        graphs = outputs["graphs"]
+        live = ops.live_rows(graphs, outputs["padding_mask"]).numpy()  # [2, L, K]
         graphs = tf.reduce_mean(tf.cast(graphs, tf.float32), axis=3).numpy()  # [B, 2, L, T, T]
         lengths = tf.reduce_sum(tf.cast(ids != 0, tf.int32), axis=1).numpy()
         tokens = self.tokenizer.ids_to_tokens(ids).numpy()
         # record_if(True): a TensorBoard callback with a step-based update_freq leaves a
         # record_if(step % update_freq == 0) active during fit, which would drop these images.
+        with self._liveness_writer.as_default(), tf.summary.record_if(True):
+            for z, direction in enumerate(("forward", "backward")):
+                tf.summary.scalar(f"live_rows/{direction}", float(live[z].mean()), step=epoch)
+            tf.summary.scalar("dead_graphs", int((live == 0).sum()), step=epoch)
+        self._liveness_writer.flush()
         with self._writer.as_default(), tf.summary.record_if(True):
             for i, n in enumerate(lengths):
                 words = [t.decode("utf-8", "replace") for t in tokens[i, :n]]
@@ -339,4 +354,5 @@ class GraphImageLogger(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if self._writer is not None:
             self._writer.close()
-            self._writer = None
+            self._liveness_writer.close()
+            self._writer = self._liveness_writer = None

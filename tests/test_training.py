@@ -353,6 +353,24 @@ def test_graph_image_logger_draws_each_probe_direction_and_layer(tmp_path):
         assert logged.shape == expected.shape
         np.testing.assert_array_equal(logged, expected)
 
+    # Liveness scalars of the last epoch, recounted from the probes' full graphs by hand.
+    full = model.graph_predictor(probe_ids, training=False)["graphs"].numpy()  # [B, 2, L, K, T, T]
+    live, rows = np.zeros((2, 2, 2)), np.zeros(2)
+    for i, probe in enumerate(probes):
+        n = len(probe.split())
+        for z in range(2):
+            for t in range(n):
+                if (t > 0) if z == 0 else (t < n - 1):  # rows that have an admissible source
+                    rows[z] += 1
+                    live[z] += full[i, z, :, :, t].sum(-1) > 0.5
+    scalars = {(tag, step): float(tf.make_ndarray(v.tensor))
+               for tag, step, v in events(str(tmp_path / "liveness"))}
+    assert set(scalars) == {(t, s) for t in ("live_rows/forward", "live_rows/backward",
+                                              "dead_graphs") for s in (0, 1)}
+    for z, direction in enumerate(("forward", "backward")):
+        assert scalars[(f"live_rows/{direction}", 1)] == pytest.approx(live[z].mean() / rows[z])
+    assert scalars[("dead_graphs", 1)] == (live == 0).sum()
+
 
 def test_graph_images_are_written_every_epoch_beside_step_based_tensorboard(tmp_path):
     """TensorBoard with update_freq=3 keeps record_if(step % 3 == 0) active during fit; the graph

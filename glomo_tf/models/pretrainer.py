@@ -71,7 +71,7 @@ class GlomoPretrainer(keras.Model):
                  conv_layers=4, kernel_size=3, threshold="query", normalization="squared_relu",
                  coupled=False, composition="gru", context_length=3, decoder_layers=2,
                  num_positions=20, objective="unit", dropout=0.0, seed=None,
-                 initial_threshold=-1.0, **kwargs):
+                 initial_threshold=-1.0, live_row_weight=0.0, live_row_margin=0.1, **kwargs):
         super().__init__(**kwargs)
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
@@ -87,7 +87,8 @@ class GlomoPretrainer(keras.Model):
             kernel_size=kernel_size, threshold=threshold, normalization=normalization,
             coupled=coupled, composition=composition, context_length=context_length,
             decoder_layers=decoder_layers, num_positions=num_positions, objective=objective,
-            dropout=dropout, seed=seed, initial_threshold=initial_threshold)
+            dropout=dropout, seed=seed, initial_threshold=initial_threshold,
+            live_row_weight=live_row_weight, live_row_margin=live_row_margin)
         self.num_positions = num_positions
         self.objective = objective
         self.graph_predictor = GraphPredictor(
@@ -95,7 +96,7 @@ class GlomoPretrainer(keras.Model):
             head_dim=head_dim, conv_layers=conv_layers, kernel_size=kernel_size,
             threshold=threshold, normalization=normalization, coupled=coupled,
             composition=composition, dropout=dropout, initial_threshold=initial_threshold,
-            dtype=self.dtype_policy, name="graph_predictor")
+            live_row_weight=live_row_weight, live_row_margin=live_row_margin, dtype=self.dtype_policy, name="graph_predictor")
         self.feature_predictor = None if coupled else FeaturePredictor(
             hidden_dim, num_heads, composition=composition, dtype=self.dtype_policy,
             name="feature_predictor")
