@@ -1,7 +1,8 @@
-"""Text classifiers with and without transferred GLoMo graphs (the paper's Table 1 comparison).
+"""Text classifiers with and without transferred GLoMo graphs (the paper's Table 1 comparison),
+and two related models run in the same harness.
 
-All variants share one architecture, so the only difference between them is where (and whether)
-the frozen graphs are fused in:
+The GLoMo variants share one architecture, so the only difference between them is where (and
+whether) the frozen graphs are fused in:
 
     token ids -> Embedding(mask_zero) -> [GlomoTransfer] -> Dropout -> BiGRU -> [GlomoTransfer]
               -> masked multi-head self-attention + residual + LayerNorm
@@ -15,7 +16,33 @@ variant                GLoMo transfer
 ``glomo_rnn``          the predictor's graphs mixed into the BiGRU states (before self-attention)
 ``uniform``            uniform graphs over the admissible sources at the embeddings (the paper's
                        sanity baseline: same extra parameters, no learned structure)
+``cn3``                none; task-specific graphs learned on the fly instead (CN3, Liu et al.
+                       2019): embeddings -> Dropout -> ContextualizedNonLocal -> masked mean
+                       -> Dropout -> Dense softmax
+``shared_private``     none; a GRU with a shared and a private state and local auxiliary
+                       losses: embeddings -> Dropout -> SharedPrivateRNN (last real state)
+                       -> Dropout -> Dense softmax
 =====================  =======================================================================
+
+The two related models keep the meaning of the shared hyper-parameters: ``embedding_dim`` is the
+embedding width, ``dropout`` the rate after the embeddings and before the output layer, and their
+feature width is ``2 * rnn_units``, the width of the baseline's BiGRU. ``attention_heads`` and
+the mixture arguments are not used by them.
+
+* ``cn3``: ``ContextualizedNonLocal(2 * rnn_units, num_layers=1, context="lstm")``, the paper's
+  CN3_LSTM (no POS, character or dependency attributes), then its graph-level head, the mean of
+  the final node states (Algorithm 1, lines 18-20). The paper grid-searches the number of graph
+  layers per task and does not report it for classification (its "Additional Resources" are not
+  part of the text); we use one layer, the single graph per sentence that its classification
+  analyses show (Table 5, Figure 1), which also keeps the ``[batch, T, T, units]`` edge scores
+  to one copy.
+* ``shared_private``: ``SharedPrivateRNN(2 * rnn_units, shared_fraction=0.5)`` (the best share in
+  the paper's Figure 2), reading the token ids as the targets of its auxiliary decoders:
+  ``num_anchors`` anchors per sequence, each reconstructing ``reconstruct_length`` units
+  backwards and predicting ``predict_length`` units forwards; ``aux_weight`` times their mean
+  cross-entropy is added with ``add_loss``, so ``model.fit`` minimises it with the task loss
+  (training only; evaluation and ``predict`` are unaffected). As in the paper, the class is
+  predicted from the whole state at the last real position.
 
 The downstream token ids must be the pretraining tokenizer's ids (the predictor reads the same ids
 as the classifier's embedding), so the classifier's ``vocabulary_size`` must equal the predictor's.
@@ -32,11 +59,15 @@ TensorShape([1, 2])
 import keras
 import tensorflow as tf
 
+from glomo_tf.layers.cn3 import ContextualizedNonLocal
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.layers.shared_private_rnn import SharedPrivateRNN
 
-VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
+VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "cn3", "shared_private")
 PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")
+CN3_LAYERS = 1  # graph layers of the cn3 variant (see the module docstring)
+SHARED_FRACTION = 0.5  # shared part of the shared_private variant's state (paper, Figure 2)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -55,7 +86,7 @@ class MaskedMeanMaxPooling(keras.layers.Layer):
         features, token_ids = inputs
         valid = tf.cast(tf.not_equal(token_ids, 0), features.dtype)[:, :, None]
         count = tf.reduce_sum(valid, axis=1)
-        mean = tf.reduce_sum(features * valid, axis=1) / tf.maximum(count, 1.0)
+        mean = masked_mean(features, valid, count)
         lowest = tf.cast(features.dtype.min, features.dtype)
         maximum = tf.reduce_max(tf.where(valid > 0, features, lowest), axis=1)
         maximum = tf.where(count > 0, maximum, tf.zeros_like(maximum))
@@ -64,6 +95,38 @@ class MaskedMeanMaxPooling(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         features_shape = input_shape[0]
         return (features_shape[0], 2 * features_shape[-1])
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+
+def masked_mean(features, valid, count):
+    """Mean of ``features [batch, T, d]`` over the positions where ``valid [batch, T, 1]`` is 1;
+    ``count [batch, 1]`` is their number (an all-padding row gives zeros)."""
+    return tf.reduce_sum(features * valid, axis=1) / tf.maximum(count, 1.0)
+
+
+@keras.saving.register_keras_serializable(package="glomo_tf")
+class MaskedMeanPooling(keras.layers.Layer):
+    """The mean over the non-padded positions of a sequence (CN3's graph-level representation,
+    ``h = 1/m sum_i h_i``, Algorithm 1 line 19).
+
+    Call arguments:
+        inputs: ``[features, token_ids]``: features ``[batch, T, d]`` and int ids ``[batch, T]``
+            (0 = padding, left out of the mean).
+
+    Returns:
+        ``[batch, d]``; an all-padding row gives zeros.
+    """
+
+    def call(self, inputs):
+        features, token_ids = inputs
+        valid = tf.cast(tf.not_equal(token_ids, 0), features.dtype)[:, :, None]
+        return masked_mean(features, valid, tf.reduce_sum(valid, axis=1))
+
+    def compute_output_shape(self, input_shape):
+        features_shape = input_shape[0]
+        return (features_shape[0], features_shape[-1])
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -87,26 +150,30 @@ class SelfAttentionMask(keras.layers.Layer):
 
 def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_predictor=None,
                      embedding_dim=128, rnn_units=128, attention_heads=4, dropout=0.3,
-                     num_mixtures=2, conditioned=True, include_products=True, name=None):
+                     num_mixtures=2, conditioned=True, include_products=True, num_anchors=2,
+                     reconstruct_length=4, predict_length=4, aux_weight=0.5, name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
         vocabulary_size: int, ids of the tokenizer (``<pad>`` and ``<unk>`` included); must be the
             graph predictor's ``vocabulary_size`` when one is given.
         num_classes: int >= 2.
-        variant: one of ``"baseline"``, ``"glomo_embeddings"``, ``"glomo_rnn"``, ``"uniform"``
-            (see the module docstring).
+        variant: one of ``"baseline"``, ``"glomo_embeddings"``, ``"glomo_rnn"``, ``"uniform"``,
+            ``"cn3"``, ``"shared_private"`` (see the module docstring).
         graph_predictor: a :class:`GraphPredictor` (from ``glomo_tf.load_graph_predictor``);
             required by ``glomo_embeddings`` and ``glomo_rnn``, unused otherwise. It stays frozen
             (``GlomoTransfer``'s default).
         embedding_dim: int, word-embedding width.
-        rnn_units: int, GRU units per direction.
+        rnn_units: int, GRU units per direction; ``cn3`` and ``shared_private`` use
+            ``2 * rnn_units`` units (the width of the BiGRU's output).
         attention_heads: int, heads of the self-attention (its key width is the feature width
             divided by the heads).
         dropout: float, dropout after the embeddings, on the attention output and before the
             output layer.
         num_mixtures, conditioned, include_products: the transferred graphs' mixtures
             (see :class:`GlomoTransfer`).
+        num_anchors, reconstruct_length, predict_length, aux_weight: the ``shared_private``
+            variant's auxiliary tasks (see :class:`SharedPrivateRNN`); unused otherwise.
         name: model name; default ``"classifier_<variant>"``.
 
     Returns:
@@ -137,6 +204,21 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     h = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
                                name="embedding")(token_ids)
+    if variant in ("cn3", "shared_private"):
+        h = keras.layers.Dropout(dropout, name="embedding_dropout")(h)
+        if variant == "cn3":
+            h = ContextualizedNonLocal(2 * rnn_units, num_layers=CN3_LAYERS, context="lstm",
+                                       name="cn3")(h)
+            pooled = MaskedMeanPooling(name="mean_pooling")([h, token_ids])
+        else:
+            # The token ids are the targets of the auxiliary reconstruction and prediction.
+            pooled = SharedPrivateRNN(
+                2 * rnn_units, shared_fraction=SHARED_FRACTION, num_anchors=num_anchors,
+                reconstruct_length=reconstruct_length, predict_length=predict_length,
+                aux_weight=aux_weight, vocabulary_size=vocabulary_size, return_sequences=False,
+                name="shared_private_rnn")(h, aux_targets=token_ids)
+        return _classification_head(pooled, num_classes, dropout, token_ids,
+                                    name or f"classifier_{variant}")
     if variant == "glomo_embeddings":
         h = transfer(h, token_ids, "learned", "glomo_embeddings")
     elif variant == "uniform":
@@ -155,7 +237,13 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     h = keras.layers.LayerNormalization(name="attention_norm")(
         keras.layers.Add(name="residual")([h, attended]))
     pooled = MaskedMeanMaxPooling(name="mean_max_pooling")([h, token_ids])
+    return _classification_head(pooled, num_classes, dropout, token_ids,
+                                name or f"classifier_{variant}")
+
+
+def _classification_head(pooled, num_classes, dropout, token_ids, name):
+    """Dropout -> Dense softmax on the pooled features; the model ``token_ids -> probabilities``."""
     pooled = keras.layers.Dropout(dropout, name="output_dropout")(pooled)
     probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
                                        name="probabilities")(pooled)
-    return keras.Model(token_ids, probabilities, name=name or f"classifier_{variant}")
+    return keras.Model(token_ids, probabilities, name=name)
