@@ -1,16 +1,16 @@
 """``glomo transfer``: text classification with and without transferred GLoMo graphs.
 
 Trains the classifier variants of :mod:`glomo_tf.models.classifier` (``baseline``,
-``glomo_embeddings``, ``glomo_rnn``, ``uniform``) on a labelled dataset for several seeds, with
-``model.fit`` (early stopping on validation accuracy, best weights restored), and reports test
-accuracy per variant and a paired comparison of each GLoMo variant with the baseline on the same
-seeds and splits.
+``glomo_embeddings``, ``glomo_rnn``, ``uniform``, and the related models ``cn3`` and
+``shared_private``) on a labelled dataset for several seeds, with ``model.fit`` (early stopping on
+validation accuracy, best weights restored), and reports test accuracy per variant and a paired
+comparison of each other variant with the baseline on the same seeds and splits.
 
 The pretrained graph predictor and its tokenizer come from a ``glomo pretrain`` run
 (``--run RUN_DIR``: ``RUN/graph_predictor.keras`` and ``RUN/tokenizer/``) or are given separately
 (``--model FILE.keras --tokenizer DIR``). Every variant then reads the pretraining tokenizer's ids.
-Without a predictor only ``--variants baseline uniform`` can run; the tokenizer is then built from
-each split's training texts.
+Without a predictor only ``--variants baseline uniform cn3 shared_private`` can run; the tokenizer
+is then built from each split's training texts.
 
 Splits: ``--split seeded`` (default) holds out a seeded 10% test set and carves a 10% validation
 set from the rest; ``--split kfold --folds 10`` runs every fold (the seed shuffles the folds and
@@ -25,6 +25,8 @@ Examples::
 
     glomo transfer --run runs/wiki --dataset mr --seeds 0 1 2 3 4 --output-dir runs/wiki/mr
     glomo transfer --dataset subj --variants baseline uniform --split kfold --output-dir subj
+    glomo transfer --dataset mr --variants baseline cn3 shared_private --seeds 0 1 2 3 4 \\
+        --output-dir mr-related
     glomo transfer --run runs/wiki --dataset file --file reviews.tsv --text-column review \\
         --label-column stars --output-dir runs/wiki/reviews
 """
@@ -40,7 +42,9 @@ from glomo_tf.cli import UsageError, add_pretrained_arguments, pretrained_paths
 
 DATASETS = ("mr", "subj", "file", "imdb", "sst2")
 TFDS_NAMES = {"imdb": "imdb_reviews", "sst2": "glue/sst2"}
-VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
+VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "cn3", "shared_private")
+# Run when --variants is not given: the GLoMo comparison (the related models only on request).
+DEFAULT_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
 PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")
 VALIDATION_FRACTION = 0.1
 TEST_FRACTION = 0.1
@@ -63,8 +67,10 @@ def register(subparsers):
                       help="label column of --file (default label)")
     data.add_argument("--max-length", type=int, default=64, help="units kept per text (default 64)")
     exp = parser.add_argument_group("experiment")
-    exp.add_argument("--variants", nargs="+", default=list(VARIANTS), metavar="VARIANT",
-                     help=f"any of {' '.join(VARIANTS)} (default all)")
+    exp.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), metavar="VARIANT",
+                     help=f"any of {' '.join(VARIANTS)} (default {' '.join(DEFAULT_VARIANTS)}); "
+                          f"{' and '.join(PREDICTOR_VARIANTS)} need a pretrained predictor "
+                          "(--run, or --model and --tokenizer)")
     exp.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     exp.add_argument("--split", choices=("seeded", "kfold"), default="seeded",
                      help="seeded 90/10 test split (default) or k-fold cross-validation")
@@ -120,7 +126,7 @@ def _pretrained_paths(args):
     if model is None and needing:
         raise UsageError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
                          "predictor: pass --run RUN_DIR (or --model and --tokenizer), or run "
-                         "--variants baseline uniform.")
+                         "only --variants baseline uniform cn3 shared_private.")
     return model, tokenizer
 
 
@@ -174,9 +180,56 @@ def encode(tokenizer, texts, max_length):
     return ids[:, :longest]
 
 
-def train_and_evaluate(model, train, validation, test, args):
+def length_sorted_batches(ids, labels, batch_size):
+    """``(dataset, order)``: the examples sorted by length, batched, each batch cut to its longest
+    text; ``order`` maps the dataset's example order back to the input order (for evaluation, so
+    short texts are not padded to the longest one of the whole set)."""
+    import tensorflow as tf
+
+    lengths = _lengths(ids)
+    order = np.argsort(lengths, kind="stable")
+    batches = [(ids[order[i:i + batch_size], :max(1, lengths[order[i:i + batch_size]].max())],
+                np.asarray(labels)[order[i:i + batch_size]])
+               for i in range(0, len(order), batch_size)]
+    dataset = tf.data.Dataset.from_generator(
+        lambda: iter(batches), output_signature=(
+            tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int64)))
+    return dataset, order
+
+
+def bucketed_training_batches(ids, labels, batch_size, seed):
+    """Shuffled training batches of similar lengths, each cut to its longest text.
+
+    Every epoch reshuffles the examples (seeded), groups them into length buckets and batches
+    each bucket, so a batch of short reviews is not padded to the longest review of the set (the
+    graphs cost ``T^2``). Batches are full except the last of each bucket.
+    """
+    import tensorflow as tf
+
+    lengths = _lengths(ids)
+    boundaries = sorted({int(b) for b in np.percentile(lengths, [20, 40, 60, 80]) if b > 1})
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (ids.astype("int32"), np.asarray(labels, "int64"), lengths.astype("int32")))
+    dataset = dataset.shuffle(len(ids), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.map(lambda x, y, n: (x[:tf.maximum(n, 1)], y))
+    dataset = dataset.bucket_by_sequence_length(
+        lambda x, y: tf.shape(x)[0], bucket_boundaries=[b + 1 for b in boundaries],
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1))
+    return dataset.prefetch(2)
+
+
+def _lengths(ids):
+    """Position of the last real unit + 1 of each row of ``ids`` (0 for an empty row)."""
+    real = np.asarray(ids) != 0
+    return np.where(real.any(axis=1), real.shape[1] - np.argmax(real[:, ::-1], axis=1), 0)
+
+
+def train_and_evaluate(model, train, validation, test, args, seed=0):
     """Compiles and fits ``model`` on ``(ids, labels)`` pairs; returns the test accuracy (the
-    fraction of exact argmax hits, so equal counts give equal accuracies) and the epochs run."""
+    fraction of exact argmax hits, so equal counts give equal accuracies) and the epochs run.
+
+    Training batches are length-bucketed and validation/test batches length-sorted, each cut to
+    its longest text (see :func:`bucketed_training_batches`)."""
     import keras
 
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
@@ -185,10 +238,14 @@ def train_and_evaluate(model, train, validation, test, args):
                                          patience=args.patience, restore_best_weights=True)
     # Inference needs no gradients: twice the training batch (fewer steps, fewer partial batches).
     inference_batch = 2 * args.batch_size
-    history = model.fit(train[0], train[1], validation_data=validation, epochs=args.epochs,
-                        batch_size=args.batch_size, validation_batch_size=inference_batch,
+    validation_data, _ = length_sorted_batches(*validation, inference_batch)
+    history = model.fit(bucketed_training_batches(*train, args.batch_size, seed),
+                        validation_data=validation_data, epochs=args.epochs,
                         callbacks=[stop], verbose=args.verbose)
-    probabilities = model.predict(test[0], batch_size=inference_batch, verbose=0)
+    test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
+                                             inference_batch)
+    probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
+    probabilities[order] = model.predict(test_data, verbose=0)
     accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
     return accuracy, len(history.history["loss"])
 
@@ -227,8 +284,8 @@ def _two_sided_p(t, n):
 
 
 def summarize(runs, variants):
-    """Per variant: seeds, mean and std (ddof=1) of the per-seed accuracies; per GLoMo variant:
-    the paired comparison with the baseline over the seeds both have."""
+    """Per variant: seeds, mean and std (ddof=1) of the per-seed accuracies; per other variant
+    (GLoMo or related model): the paired comparison with the baseline over the seeds both have."""
     summary = {"variants": {}, "paired": {}}
     for variant in variants:
         accuracies = list(per_seed_accuracy(runs, variant).values())
@@ -365,7 +422,7 @@ def run(args):
                 start = time.perf_counter()
                 accuracy, epochs_run = train_and_evaluate(
                     model, (ids[train], labels[train]), (ids[validation], labels[validation]),
-                    test_data, args)
+                    test_data, args, seed=seed)
                 seconds = time.perf_counter() - start
                 print(f"   test accuracy {100 * accuracy:.2f} after {epochs_run} epoch(s), "
                       f"{seconds:.1f}s")
