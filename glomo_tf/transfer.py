@@ -212,9 +212,16 @@ def bucketed_training_batches(ids, labels, batch_size, seed):
         (ids.astype("int32"), np.asarray(labels, "int64"), lengths.astype("int32")))
     dataset = dataset.shuffle(len(ids), seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.map(lambda x, y, n: (x[:tf.maximum(n, 1)], y))
+    edges = [b + 1 for b in boundaries]
     dataset = dataset.bucket_by_sequence_length(
-        lambda x, y: tf.shape(x)[0], bucket_boundaries=[b + 1 for b in boundaries],
+        lambda x, y: tf.shape(x)[0], bucket_boundaries=edges,
         bucket_batch_sizes=[batch_size] * (len(boundaries) + 1))
+    # The buckets' sizes are fixed, so is the number of batches: telling tf.data lets Keras show
+    # a full progress bar from the first epoch (and not warn that the data "ran out").
+    per_bucket = np.bincount(np.searchsorted(edges, np.maximum(lengths, 1), side="right"),
+                             minlength=len(edges) + 1)
+    batches = int(sum(-(-n // batch_size) for n in per_bucket))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(2)
 
 

@@ -28,6 +28,7 @@ def test_bucketed_training_batches_cover_every_example_once_per_epoch():
     labels = np.arange(len(ids))  # the label names the example
     dataset = bucketed_training_batches(ids, labels, batch_size=16, seed=3)
     epochs = []
+    assert int(dataset.cardinality()) == len(list(dataset))  # declared count == batches made
     for _ in range(2):
         seen = []
         for x, y in dataset:
