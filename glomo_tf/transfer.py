@@ -248,6 +248,7 @@ def train_and_evaluate(model, train, validation, test, args, seed=0):
     validation_data, _ = length_sorted_batches(*validation, inference_batch)
     history = model.fit(bucketed_training_batches(*train, args.batch_size, seed),
                         validation_data=validation_data, epochs=args.epochs,
+                        shuffle=False,  # the bucketed dataset reshuffles itself every epoch
                         callbacks=[stop], verbose=args.verbose)
     test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
                                              inference_batch)
