@@ -194,7 +194,7 @@ def length_sorted_batches(ids, labels, batch_size):
     dataset = tf.data.Dataset.from_generator(
         lambda: iter(batches), output_signature=(
             tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int64)))
-    return dataset, order
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))), order
 
 
 def bucketed_training_batches(ids, labels, batch_size, seed):

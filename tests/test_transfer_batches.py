@@ -51,6 +51,7 @@ def test_length_sorted_batches_order_maps_back_to_the_input():
     ids, lengths = ragged_ids()
     labels = np.arange(len(ids))
     dataset, order = length_sorted_batches(ids, labels, batch_size=20)
+    assert int(dataset.cardinality()) == len(list(dataset)) == 8  # ceil(157 / 20)
     out = np.concatenate([y.numpy() for _, y in dataset])
     np.testing.assert_array_equal(out, order)  # the dataset's examples are ids[order]
     restored = np.empty_like(out)
