@@ -385,8 +385,6 @@ def _liveness(model, dataset, batches=4):
     shares = []
     for batch in dataset.take(batches):
         ids = batch[0] if isinstance(batch, tuple) else batch
-        if hasattr(ids, "values"):  # a distributed batch: its replicas' parts
-            ids = np.concatenate([v.numpy() for v in ids.values])
         outputs = model.graph_predictor(ids, training=False)
         shares.append(ops.live_rows(outputs["graphs"], outputs["padding_mask"]).numpy())
     if not shares:

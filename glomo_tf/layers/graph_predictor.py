@@ -344,7 +344,7 @@ class GraphPredictor(keras.layers.Layer):
         scores = tf.reshape(tf.matmul(q, k, transpose_b=True), [batch, 2, L, K, length, length])
         threshold = self._w(self.threshold_bias)[None, :, :, None, None, None]
         if training and self.live_row_weight > 0:
-            self._add_live_row_loss(scores - threshold, admissible)
+            self._add_live_row_loss(scores, admissible, threshold)
         return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon,
                                     threshold=threshold)
 
@@ -367,12 +367,17 @@ class GraphPredictor(keras.layers.Layer):
         return (tf.einsum("bzlkth,zlh->bzlkt", q, kernel)
                 + bias[None, :, :, None, None])[..., None]
 
-    def _add_live_row_loss(self, scores, admissible):
-        """The ``live_row_weight`` hinge on thresholded scores ``q_t . k_s - b_t`` ``[..., T, T]``."""
-        scores = tf.cast(scores, tf.float32)
-        allowed = tf.broadcast_to(admissible > 0, tf.shape(scores))
-        best = tf.reduce_max(tf.where(allowed, scores, -1e9), axis=-1)
-        has_source = tf.cast(tf.reduce_any(allowed, axis=-1), tf.float32)
+    def _add_live_row_loss(self, scores, admissible, threshold=None):
+        """The ``live_row_weight`` hinge on the rows' best ``q_t . k_s - b_t``.
+
+        ``scores`` ``[..., T, T]``; ``threshold``, when given, is a per-row ``b`` of shape
+        ``[..., 1, 1]`` subtracted after the row maximum (one small op instead of a full-size one).
+        """
+        best = tf.reduce_max(tf.where(admissible > 0, tf.cast(scores, tf.float32), -1e9), axis=-1)
+        if threshold is not None:
+            best = best - tf.cast(threshold[..., 0], tf.float32)
+        has_source = tf.broadcast_to(
+            tf.cast(tf.reduce_any(admissible > 0, axis=-1), tf.float32), tf.shape(best))
         hinge = tf.nn.relu(self.live_row_margin - best) * has_source
         self.add_loss(self.live_row_weight * tf.reduce_sum(hinge)
                       / tf.maximum(tf.reduce_sum(has_source), 1.0))
