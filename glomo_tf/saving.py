@@ -1,5 +1,7 @@
 """Saving and loading a graph predictor on its own, for transfer into downstream models."""
 
+import os
+
 import keras
 
 from glomo_tf.layers.graph_predictor import GraphPredictor
@@ -22,7 +24,29 @@ def save_graph_predictor(graph_predictor, filepath):
 
 
 def load_graph_predictor(filepath, trainable=False):
-    """Loads a predictor saved by :func:`save_graph_predictor`; frozen unless ``trainable``."""
+    """Loads a predictor saved by :func:`save_graph_predictor`; frozen unless ``trainable``.
+
+    Args:
+        filepath: a ``.keras`` file, or the run directory of ``glomo pretrain`` (its
+            ``graph_predictor.keras`` is read).
+        trainable: bool, leave the predictor trainable (for fine-tuning).
+    """
+    filepath = os.fspath(filepath)
+    if os.path.isdir(filepath):
+        run_file = os.path.join(filepath, "graph_predictor.keras")
+        if not os.path.isfile(run_file):
+            raise FileNotFoundError(
+                f"{filepath} is a directory without graph_predictor.keras: pass the .keras file, "
+                "or the output directory of a finished `glomo pretrain` run.")
+        filepath = run_file
+    elif not os.path.isfile(filepath):
+        raise FileNotFoundError(
+            f"No graph predictor at {filepath}: pass a .keras file written by "
+            "glomo_tf.save_graph_predictor or a `glomo pretrain` run directory.")
+    elif not filepath.endswith(".keras"):
+        raise ValueError(
+            f"{filepath} is not a .keras file: pass the file written by "
+            "glomo_tf.save_graph_predictor or a `glomo pretrain` run directory.")
     model = keras.saving.load_model(filepath)
     predictors = [layer for layer in model.layers if isinstance(layer, GraphPredictor)]
     if len(predictors) != 1:

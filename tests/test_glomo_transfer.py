@@ -391,3 +391,21 @@ def test_clear_errors_for_wrong_inputs():
         GlomoTransfer(keras.layers.Dense(3))
     with pytest.raises(ValueError, match="graph_mode"):
         GlomoTransfer(make_predictor(), graph_mode="random")
+
+
+def test_load_graph_predictor_from_run_directory_and_bad_paths(tmp_path):
+    predictor = make_predictor()
+    expected = predictor_graphs(predictor)
+    run = tmp_path / "run"
+    run.mkdir()
+    glomo_tf.save_graph_predictor(predictor, str(run / "graph_predictor.keras"))
+    loaded = glomo_tf.load_graph_predictor(run)  # a `glomo pretrain` output directory
+    np.testing.assert_array_equal(loaded(IDS, training=False)["graphs"].numpy(), expected)
+
+    with pytest.raises(FileNotFoundError, match="directory without graph_predictor.keras"):
+        glomo_tf.load_graph_predictor(tmp_path)
+    with pytest.raises(FileNotFoundError, match="No graph predictor at"):
+        glomo_tf.load_graph_predictor(tmp_path / "missing.keras")
+    (tmp_path / "weights.h5").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a .keras file"):
+        glomo_tf.load_graph_predictor(tmp_path / "weights.h5")
