@@ -5,12 +5,15 @@ applied to features ``H [B, T, d]`` given fixed random row-stochastic graphs ``[
 (both directions, ``L`` layers, ``K`` heads, hierarchical products included, mixture weights
 conditioned on ``h_t``), computed two ways:
 
-* ``chained``: the library's ``GraphMixture.call``, which applies each product
+* ``chained``: ``GraphMixture(propagation="chained")``, which applies each product
   ``Lambda^l = G^l Lambda^{l-1}`` to ``H`` as a chain ``G^l (G^{l-1} (... H))``:
   ``O(L K T^2 d)`` per direction;
-* ``explicit``: ``GraphMixture.explicit_mixed_graphs`` forms every ``Lambda^l`` as a ``T x T``
-  matrix (batched ``T x T`` by ``T x T`` matmuls, ``O(L K T^3)``) and the mixed graphs ``M``,
-  then multiplies ``M`` by ``H``.
+* ``explicit``: ``GraphMixture(propagation="explicit")``, which forms every ``Lambda^l`` as a
+  ``T x T`` matrix (batched ``T x T`` by ``T x T`` matmuls, ``O(L K T^3)``) and the mixed graphs
+  ``M``, then multiplies ``M`` by ``H`` once.
+
+The library's default, ``propagation="auto"``, takes whichever form needs fewer multiply-adds;
+``auto_choice`` in the JSON says which one that is at each T, to be read against the timings.
 
 Both run under ``tf.function`` (and ``tf.function(jit_compile=True)`` with ``--xla``); the forward
 pass only, or also the backward pass with ``--backward`` (gradients of a fixed random projection of
@@ -52,10 +55,10 @@ import _harness  # noqa: E402
 
 METHODS = ("chained", "explicit")
 WHAT_EACH_METHOD_COMPUTES = {
-    "chained": "GraphMixture.call: G^l_k H for every layer and head, and Lambda^l_k H as the chain "
-               "G^l_k (G^{l-1}_k (... H)); conditioned softmax mixture of the 2 L K candidates per "
-               "direction and mixture; O(L K T^2 d)",
-    "explicit": "GraphMixture.explicit_mixed_graphs: Lambda^l_k = G^l_k Lambda^{l-1}_k as T x T "
+    "chained": "GraphMixture(propagation='chained'): G^l_k H for every layer and head, and "
+               "Lambda^l_k H as the chain G^l_k (G^{l-1}_k (... H)); conditioned softmax mixture "
+               "of the 2 L K candidates per direction and mixture; O(L K T^2 d)",
+    "explicit": "GraphMixture(propagation='explicit'): Lambda^l_k = G^l_k Lambda^{l-1}_k as T x T "
                 "matrices (batched T x T by T x T matmuls), the same mixture over T x T candidates "
                 "giving M [B, 2, mixtures, T, T], then M H; O(L K T^3)",
 }
@@ -135,7 +138,8 @@ def run_worker(a):
     from glomo_tf import GraphMixture
 
     features_np, graphs_np, cotangent_np, weights_np = make_inputs(a, seq)
-    mixture = GraphMixture(num_mixtures=a.mixtures, conditioned=True, include_products=True)
+    mixture = GraphMixture(num_mixtures=a.mixtures, conditioned=True, include_products=True,
+                           propagation=method)
     mixture.build((None, None, a.d), (None, 2, a.layers, a.heads, None, None))
     for variable in mixture.weights:
         variable.assign(weights_np[variable.name].astype("float32"))
@@ -145,10 +149,7 @@ def run_worker(a):
     gc.collect()
 
     def forward(h, g):
-        if method == "chained":
-            return mixture(h, g)
-        mixed_graphs = mixture.explicit_mixed_graphs(h, g)  # [B, 2, mixtures, T, T]
-        return tf.einsum("bzmts,bsd->btzmd", mixed_graphs, h)
+        return mixture(h, g)
 
     def forward_backward(h, g):
         with tf.GradientTape() as tape:
@@ -253,6 +254,16 @@ def max_abs_diffs(folder, seq, mode, pass_):
         return {k: float(np.max(np.abs(chained[k] - explicit[k]))) for k in chained.files}
 
 
+def auto_choice(a):
+    """Per T, the form ``GraphMixture(propagation="auto")`` would take for this configuration."""
+    sys.path.insert(0, _harness.REPO_ROOT)
+    from glomo_tf import GraphMixture
+
+    mixture = GraphMixture(num_mixtures=a.mixtures, conditioned=True, include_products=True)
+    return {str(seq): "explicit" if mixture.explicit_is_cheaper(seq, a.d, a.layers, a.heads)
+            else "chained" for seq in a.seq}
+
+
 def main(argv=None):
     a = parse_args(argv)
     if a.worker:
@@ -308,6 +319,7 @@ def main(argv=None):
                                               "backward", "xla", "max_explicit_t", "iters",
                                               "warmup", "rounds", "seed")},
         "candidates_per_direction": 2 * a.layers * a.heads,
+        "auto_choice": auto_choice(a),
         "results": results,
         "max_abs_diff_chained_vs_explicit": diffs,
         "max_abs_diff_output": worst,

@@ -61,6 +61,9 @@ def test_transfer_cost_json(outputs):
     assert set(diffs) == {str(t) for t in SEQS}
     assert all(d["output"] < 1e-4 for d in diffs.values())
     assert result["max_abs_diff_output"] < 1e-4
+    # d=8, L=2, K=2, 2 mixtures, 8 candidates, 2 chains: explicit is cheaper while
+    # 2 T < (4 + 2) * 8 - 2 * (8 + 8) = 16, so never at these lengths.
+    assert result["auto_choice"] == {"16": "chained", "32": "chained"}
 
 
 @pytest.mark.slow

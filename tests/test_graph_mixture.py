@@ -5,6 +5,7 @@ import itertools
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from glomo_tf import GraphMixture
 
@@ -114,16 +115,18 @@ def randomize(layer, rng):
 
 
 # ---------------------------------------------------------------------- tests
+@pytest.mark.parametrize("propagation", ["chained", "explicit", "auto"])
 @pytest.mark.parametrize("include_products", [True, False])
 @pytest.mark.parametrize("conditioned", [True, False])
 @pytest.mark.parametrize("num_mixtures", [1, 3])
-def test_chained_mixture_matches_explicit_numpy(rng, include_products, conditioned, num_mixtures):
+def test_mixture_matches_explicit_numpy(rng, include_products, conditioned, num_mixtures,
+                                        propagation):
     features = rng.normal(size=(B, T, D)).astype("float32")
     padding = np.ones((B, T), bool)
     padding[1, -2:] = False
     graphs = random_graphs(rng, padding)
     mix = GraphMixture(num_mixtures=num_mixtures, conditioned=conditioned,
-                       include_products=include_products)
+                       include_products=include_products, propagation=propagation)
     mix.build(features.shape, graphs.shape)
     values = randomize(mix, rng)
     expected_candidates = L * K * (2 if include_products else 1)
@@ -137,7 +140,7 @@ def test_chained_mixture_matches_explicit_numpy(rng, include_products, condition
     assert out.shape == (B, T, 2, num_mixtures, D)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
 
-    # The explicit mixed graphs equal the NumPy M, and M @ H equals the chained call.
+    # The explicit mixed graphs equal the NumPy M, and M @ H equals the call.
     explicit = mix.explicit_mixed_graphs(features, graphs).numpy()
     expected_graphs = numpy_mixed_graphs(features, graphs, values["weight_logits"], kernel,
                                          values["scale"], include_products)
@@ -264,3 +267,61 @@ def test_errors():
     mix.build((B, T, D), (B, 2, L, K, T, T))
     with pytest.raises(ValueError, match="graphs"):
         mix.call(np.zeros((B, T, D), "float32"))
+
+
+def test_explicit_is_cheaper_counts_multiply_adds():
+    """The choice of ``propagation="auto"`` against the two costs counted by hand."""
+    for L, K, m, d, products in ((2, 4, 2, 64, True), (3, 8, 1, 128, True), (2, 4, 2, 64, False)):
+        mix = GraphMixture(num_mixtures=m, include_products=products)
+        C = L * K * (2 if products else 1)
+        chains = (L - 1) * K if products else 0
+        for steps in (8, 48, 150, 160, 400, 1024):
+            chained = L * K * steps ** 2 * d + chains * steps ** 2 * d
+            explicit = chains * steps ** 3 + m * C * steps ** 2 + m * steps ** 2 * d
+            assert mix.explicit_is_cheaper(steps, d, L, K) == (explicit < chained), (L, steps)
+    # With the transfer example's sizes the switch lies between 150 and 160 units.
+    mix = GraphMixture(num_mixtures=2)
+    assert mix.explicit_is_cheaper(150, 64, 2, 4) and not mix.explicit_is_cheaper(160, 64, 2, 4)
+
+
+@pytest.mark.parametrize("conditioned", [True, False])
+def test_auto_propagation_with_run_time_length_and_gradients(rng, conditioned):
+    """``auto`` under a tf.function whose T is unknown at trace time (a tf.cond) takes the cheaper
+    form per call; outputs and gradients equal the chained form's on both sides of the switch."""
+    d, m, layers, heads = 4, 1, 3, 2
+    # By hand: chains 4 T^3 + m (C + d) T^2 = 4 T^3 + 16 T^2 against (6 + 4) d T^2 = 40 T^2,
+    # so the explicit form is cheaper for T < 6.
+    auto = GraphMixture(num_mixtures=m, conditioned=conditioned)
+    chained = GraphMixture(num_mixtures=m, conditioned=conditioned, propagation="chained")
+    for mix in (auto, chained):
+        mix.build((None, None, d), (None, 2, layers, heads, None, None))
+    randomize(auto, rng)
+    chained.set_weights(auto.get_weights())
+
+    def step(mix, features, graphs):
+        with tf.GradientTape() as tape:
+            tape.watch(features)
+            out = mix(features, graphs)
+            probe = tf.reshape(tf.sin(tf.cast(tf.range(tf.size(out)), tf.float32)), tf.shape(out))
+            loss = tf.reduce_sum(out * probe)
+        return [out] + tape.gradient(loss, [features] + mix.trainable_weights)
+
+    spec = [tf.TensorSpec((None, None, d)), tf.TensorSpec((None, 2, layers, heads, None, None))]
+    run_auto = tf.function(lambda h, g: step(auto, h, g), input_signature=spec)
+    run_chained = tf.function(lambda h, g: step(chained, h, g), input_signature=spec)
+    for steps in (2, 5, 6, 9):
+        assert bool(auto.explicit_is_cheaper(steps, d, layers, heads)) == (steps < 6)
+        features = rng.normal(size=(2, steps, d)).astype("float32")
+        graphs = rng.random((2, 2, layers, heads, steps, steps)).astype("float32")
+        graphs /= graphs.sum(-1, keepdims=True)
+        for a, b in zip(run_auto(features, graphs), run_chained(features, graphs)):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+    operations = run_auto.get_concrete_function(*spec).graph.get_operations()
+    assert any(op.type in ("If", "StatelessIf") for op in operations)
+
+
+def test_propagation_is_validated_and_serialized():
+    with pytest.raises(ValueError, match="propagation must be one of"):
+        GraphMixture(propagation="fast")
+    mix = GraphMixture(num_mixtures=2, propagation="explicit")
+    assert GraphMixture.from_config(mix.get_config()).propagation == "explicit"

@@ -33,6 +33,8 @@ class GlomoTransfer(keras.layers.Layer):
         fine_tune: bool. False (default) freezes the graph predictor and runs it in inference
             mode; True trains it with the downstream model.
         dropout: float, dropout on the fused input ``[H ; MH ...]``.
+        propagation: how ``M H`` is computed, ``"auto"`` (default), ``"chained"`` or
+            ``"explicit"`` (see :class:`GraphMixture`; same result, different cost).
 
     Call arguments:
         inputs: one of
@@ -64,7 +66,7 @@ class GlomoTransfer(keras.layers.Layer):
 
     def __init__(self, graph_predictor=None, num_mixtures=1, conditioned=True,
                  include_products=True, graph_mode="learned", units=None, fine_tune=False,
-                 dropout=0.0, **kwargs):
+                 dropout=0.0, propagation="auto", **kwargs):
         super().__init__(**kwargs)
         if graph_mode not in GRAPH_MODES:
             raise ValueError(f"graph_mode must be one of {GRAPH_MODES}, got {graph_mode!r}.")
@@ -85,8 +87,10 @@ class GlomoTransfer(keras.layers.Layer):
         self.graph_mode = graph_mode
         self.units = units
         self.dropout = float(dropout)
+        self.propagation = propagation
         self.mixture = GraphMixture(num_mixtures, conditioned, include_products, graph_mode,
-                                    dtype=self.dtype_policy, name="mixture")
+                                    propagation=propagation, dtype=self.dtype_policy,
+                                    name="mixture")
         self.fusion_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.supports_masking = True
 
@@ -214,5 +218,6 @@ class GlomoTransfer(keras.layers.Layer):
             "units": self.units,
             "fine_tune": self.fine_tune,
             "dropout": self.dropout,
+            "propagation": self.propagation,
         })
         return config

@@ -6,6 +6,7 @@ import tensorflow as tf
 from glomo_tf import ops
 
 GRAPH_MODES = ("learned", "uniform")
+PROPAGATIONS = ("auto", "chained", "explicit")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -21,11 +22,24 @@ class GraphMixture(keras.layers.Layer):
     learned scale. Directions are mixed separately. ``graph_mode="uniform"`` replaces the graphs with
     uniform ones over the admissible sources (the paper's sanity baseline).
 
+    Two exact ways compute ``M H``, chosen per call by ``propagation``:
+
+    * ``"chained"``: every candidate applied to ``H`` (``G^l_k H`` and the chains), then mixed:
+      about ``(2L - 1) K T^2 d`` multiply-adds per direction, ``T^2`` growth;
+    * ``"explicit"``: the products ``Lambda^l_k`` formed as ``T x T`` matrices, mixed into ``M``,
+      and ``M`` applied once: about ``(L - 1) K T^3 + m (C + d) T^2``.
+    * ``"auto"`` (default) takes whichever of the two counts is smaller for the call's ``T``
+      (``tf.cond`` when ``T`` is only known at run time). For short sentences the explicit form
+      is several times faster (it applies one mixed graph to ``H`` instead of ``2 L K``
+      candidates); from a few hundred units on (``T`` above about ``2 d``) the chained one is.
+
     Args:
         num_mixtures: int, mixtures per direction.
         conditioned: bool, mixture weights conditioned on the receiving features (True) or free.
         include_products: bool, add the hierarchical products ``Lambda^l`` to the candidates.
         graph_mode: ``"learned"`` or ``"uniform"``.
+        propagation: ``"auto"``, ``"chained"`` or ``"explicit"`` (see above); every choice gives
+            the same result up to float round-off.
 
     Call arguments:
         features: ``H``, ``[batch, T, d]``.
@@ -50,10 +64,14 @@ class GraphMixture(keras.layers.Layer):
     """
 
     def __init__(self, num_mixtures=1, conditioned=True, include_products=True,
-                 graph_mode="learned", **kwargs):
+                 graph_mode="learned", propagation="auto", **kwargs):
         super().__init__(**kwargs)
         if graph_mode not in GRAPH_MODES:
             raise ValueError(f"graph_mode must be one of {GRAPH_MODES}, got {graph_mode!r}.")
+        if propagation not in PROPAGATIONS:
+            raise ValueError(
+                f"propagation must be one of {PROPAGATIONS}, got {propagation!r}.")
+        self.propagation = propagation
         if num_mixtures < 1:
             raise ValueError(f"num_mixtures must be >= 1, got {num_mixtures}.")
         self.num_mixtures = int(num_mixtures)
@@ -105,23 +123,71 @@ class GraphMixture(keras.layers.Layer):
         if graphs is None:
             raise ValueError("A learned GraphMixture needs graphs [batch, 2, L, K, T, T].")
         graphs = tf.cast(graphs, self.compute_dtype)
+        weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
+        if self.propagation == "chained":
+            mixed = self._chained(features, graphs, weights)
+        elif self.propagation == "explicit":
+            mixed = self._explicit(features, graphs, weights)
+        else:
+            steps = graphs.shape[-1] if graphs.shape[-1] is not None else features.shape[1]
+            if steps is not None:  # known when traced: decide once
+                explicit = self.explicit_is_cheaper(steps, features.shape[-1], graphs.shape[2],
+                                                    graphs.shape[3])
+                mixed = (self._explicit if explicit else self._chained)(features, graphs,
+                                                                        weights)
+            else:
+                mixed = tf.cond(
+                    self.explicit_is_cheaper(tf.shape(graphs)[-1], features.shape[-1],
+                                             graphs.shape[2], graphs.shape[3]),
+                    lambda: self._explicit(features, graphs, weights),
+                    lambda: self._chained(features, graphs, weights))
+        return mixed * scale[None, None, :, :, None]
+
+    def explicit_is_cheaper(self, steps, width, num_layers, num_heads):
+        """Whether forming the mixed graphs takes fewer multiply-adds than the chains, for
+        ``steps`` units (an int or a scalar tensor), features of ``width``, ``num_layers`` layers of
+        ``num_heads`` heads (per direction; the shared mixture-weight cost is left out)."""
+        L, K, m, d = num_layers, num_heads, self.num_mixtures, width
+        chains = (L - 1) * K if self.include_products else 0
+        candidates = self.num_candidates(L, K)
+        # chained: (L K + chains) T^2 d; explicit: chains T^3 + m (C + d) T^2 (both per direction).
+        return chains * steps < (L * K + chains) * d - m * (candidates + d)
+
+    def _chained(self, features, graphs, weights):
+        """``M H`` from every candidate applied to ``H`` (``[B, T, 2, mixtures, d]``, unscaled)."""
         single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
         candidates = [single, chained] if self.include_products else [single]
         shape = tf.shape(single)
         candidates = tf.reshape(tf.stack(candidates, axis=2),
                                 [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, d]
-        weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
         if self.conditioned:
-            mixed = tf.einsum("btzmc,bzctd->btzmd", weights, candidates)
-        else:
-            mixed = tf.einsum("zmc,bzctd->btzmd", weights, candidates)
-        return mixed * scale[None, None, :, :, None]
+            return tf.einsum("btzmc,bzctd->btzmd", weights, candidates)
+        return tf.einsum("zmc,bzctd->btzmd", weights, candidates)
+
+    def _explicit(self, features, graphs, weights):
+        """``M H`` from the mixed graphs formed as ``T x T`` matrices (unscaled)."""
+        return tf.einsum("bzmts,bsd->btzmd", self._mix_graphs(graphs, weights), features)
+
+    def _mix_graphs(self, graphs, weights):
+        """The unscaled mixed graphs ``[B, 2, mixtures, T, T]`` of the candidates' matrices."""
+        candidates = [graphs]
+        if self.include_products:
+            products = [graphs[:, :, 0]]
+            for layer in range(1, graphs.shape[2]):
+                products.append(tf.matmul(graphs[:, :, layer], products[-1]))
+            candidates.append(tf.stack(products, axis=2))
+        shape = tf.shape(graphs)
+        candidates = tf.reshape(tf.stack(candidates, axis=2),
+                                [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, T]
+        if self.conditioned:
+            return tf.einsum("btzmc,bzcts->bzmts", weights, candidates)
+        return tf.einsum("zmc,bzcts->bzmts", weights, candidates)
 
     def explicit_mixed_graphs(self, features, graphs=None, padding_mask=None):
         """The mixed graphs ``M`` themselves, ``[batch, 2, mixtures, T, T]``, for inspection.
 
-        Forms the products explicitly (``O(T^3)``): meant for plots and checks on short sequences,
-        not for training.
+        Forms the products explicitly (``O(T^3)``), in float32, whatever ``propagation`` says:
+        meant for plots and checks.
         """
         features = tf.cast(features, tf.float32)
         if self.graph_mode == "uniform":
@@ -130,18 +196,7 @@ class GraphMixture(keras.layers.Layer):
             uniform = ops.uniform_graphs(padding_mask)[:, :, None]
             return uniform * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
         graphs = tf.cast(graphs, tf.float32)
-        products = [graphs[:, :, 0]]
-        for layer in range(1, graphs.shape[2]):
-            products.append(tf.matmul(graphs[:, :, layer], products[-1]))
-        candidates = [graphs, tf.stack(products, axis=2)] if self.include_products else [graphs]
-        shape = tf.shape(graphs)
-        candidates = tf.reshape(tf.stack(candidates, axis=2),
-                                [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, T]
-        weights = self.mixture_weights(features)
-        if self.conditioned:
-            mixed = tf.einsum("btzmc,bzcts->bzmts", weights, candidates)
-        else:
-            mixed = tf.einsum("zmc,bzcts->bzmts", weights, candidates)
+        mixed = self._mix_graphs(graphs, self.mixture_weights(features))
         return mixed * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
 
     def compute_output_shape(self, features_shape, graphs_shape=None, padding_mask_shape=None):
@@ -153,5 +208,6 @@ class GraphMixture(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"num_mixtures": self.num_mixtures, "conditioned": self.conditioned,
-                       "include_products": self.include_products, "graph_mode": self.graph_mode})
+                       "include_products": self.include_products, "graph_mode": self.graph_mode,
+                       "propagation": self.propagation})
         return config
