@@ -143,31 +143,26 @@ def transfer(config, run_dir, args):
 def table(results, configs):
     """``(summary, markdown)``: mean +- std per configuration and the paired differences with
     ``glomo`` over the seeds both have."""
-    from glomo_tf.transfer import _two_sided_p, paired_t
+    from glomo_tf.transfer import format_t, paired_comparison
 
     summary = {}
-    reference = results["glomo"]
     lines = ["| configuration | seeds | accuracy (mean ± std) | vs glomo (mean difference) | "
              "wins / ties / losses | paired t | p |", "|---|---:|---:|---:|---:|---:|---:|"]
     for config in configs:
-        acc = results[config]
-        values = np.array(list(acc.values()))
+        values = np.array(list(results[config].values()))
         entry = {"seeds": len(values), "mean": float(values.mean()),
                  "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
         row = f"| {label(config)} | {len(values)} | {100 * entry['mean']:.2f} ± {100 * entry['std']:.2f} |"
-        if config == "glomo":
+        paired = None if config == "glomo" else paired_comparison(results[config], results["glomo"])
+        if paired is None:
             row += " | | | | |"
         else:
-            seeds = sorted(set(acc) & set(reference))
-            d = np.array([acc[s] - reference[s] for s in seeds])
-            t = paired_t(d)
-            p = _two_sided_p(t, len(seeds))
-            entry.update({"mean_difference": float(d.mean()), "wins": int((d > 0).sum()),
-                          "ties": int((d == 0).sum()), "losses": int((d < 0).sum()),
-                          "t": t, "p": p})
-            t_text = "n/a" if t is None or not np.isfinite(t) else f"{t:+.2f}"
-            row += (f" {100 * d.mean():+.2f} | {entry['wins']} / {entry['ties']} / "
-                    f"{entry['losses']} | {t_text} | {'n/a' if p is None else f'{p:.3f}'} |")
+            entry.update({k: paired[k] for k in ("mean_difference", "wins", "ties", "losses",
+                                                 "t", "p")})
+            p = paired["p"]
+            row += (f" {100 * paired['mean_difference']:+.2f} | {paired['wins']} / "
+                    f"{paired['ties']} / {paired['losses']} | {format_t(paired['t'])} | "
+                    f"{'n/a' if p is None else f'{p:.3f}'} |")
         summary[label(config)] = entry
         lines.append(row)
     return summary, "\n".join(lines) + "\n"

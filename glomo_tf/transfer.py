@@ -291,9 +291,23 @@ def _two_sided_p(t, n):
     return float(2 * stats.t.sf(abs(t), n - 1))
 
 
-def summarize(runs, variants):
+def paired_comparison(own, reference):
+    """``own`` against ``reference`` (both ``{seed: accuracy}``) over the seeds both have: the
+    per-seed differences, their mean, wins/ties/losses, paired t and p; None without a shared seed."""
+    seeds = sorted(set(own) & set(reference))
+    if not seeds:
+        return None
+    d = np.array([own[s] - reference[s] for s in seeds])
+    t = paired_t(d)
+    return {"seeds": len(seeds), "mean_difference": float(d.mean()),
+            "wins": int((d > 0).sum()), "ties": int((d == 0).sum()), "losses": int((d < 0).sum()),
+            "t": t, "p": _two_sided_p(t, len(seeds)),
+            "differences": {str(s): float(x) for s, x in zip(seeds, d)}}
+
+
+def summarize(runs, variants, reference="baseline"):
     """Per variant: seeds, mean and std (ddof=1) of the per-seed accuracies; per other variant
-    (GLoMo or related model): the paired comparison with the baseline over the seeds both have."""
+    (GLoMo or related model): the paired comparison with ``reference`` over the seeds both have."""
     summary = {"variants": {}, "paired": {}}
     for variant in variants:
         accuracies = list(per_seed_accuracy(runs, variant).values())
@@ -303,25 +317,17 @@ def summarize(runs, variants):
             "seeds": len(accuracies), "mean": float(np.mean(accuracies)),
             "std": float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else 0.0,
             "min": float(np.min(accuracies)), "max": float(np.max(accuracies))}
-    baseline = per_seed_accuracy(runs, "baseline")
+    reference_accuracy = per_seed_accuracy(runs, reference)
     for variant in variants:
-        if variant == "baseline" or not baseline:
+        if variant == reference:
             continue
-        own = per_seed_accuracy(runs, variant)
-        seeds = sorted(set(own) & set(baseline))
-        if not seeds:
-            continue
-        d = np.array([own[s] - baseline[s] for s in seeds])
-        t = paired_t(d)
-        summary["paired"][variant] = {
-            "seeds": len(seeds), "mean_difference": float(d.mean()),
-            "wins": int((d > 0).sum()), "ties": int((d == 0).sum()), "losses": int((d < 0).sum()),
-            "t": t, "p": _two_sided_p(t, len(seeds)),
-            "differences": {str(s): float(x) for s, x in zip(seeds, d)}}
+        paired = paired_comparison(per_seed_accuracy(runs, variant), reference_accuracy)
+        if paired is not None:
+            summary["paired"][variant] = paired
     return summary
 
 
-def _format_t(t):
+def format_t(t):
     if t is None:
         return "n/a"
     if math.isinf(t):
@@ -344,7 +350,7 @@ def format_markdown(summary, dataset, split_description):
         for variant, p in summary["paired"].items():
             pvalue = "n/a" if p["p"] is None else f"{p['p']:.3f}"
             lines.append(f"| {variant} | {p['seeds']} | {100 * p['mean_difference']:+.2f} | "
-                         f"{p['wins']} / {p['ties']} / {p['losses']} | {_format_t(p['t'])} | "
+                         f"{p['wins']} / {p['ties']} / {p['losses']} | {format_t(p['t'])} | "
                          f"{pvalue} |")
     return "\n".join(lines) + "\n"
 

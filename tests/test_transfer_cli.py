@@ -113,6 +113,12 @@ def test_paired_comparison_numbers():
     assert paired_t([0.1]) is None
     assert paired_t([1 / 12, 0.0833333333333334]) == float("inf")  # equal up to round-off
 
+    # Any variant can be the reference: baseline against glomo_rnn is the mirror image.
+    mirrored = summarize(runs, ["baseline", "glomo_rnn"], reference="glomo_rnn")["paired"]
+    assert set(mirrored) == {"baseline"}
+    assert mirrored["baseline"]["mean_difference"] == pytest.approx(-d.mean())
+    assert (mirrored["baseline"]["wins"], mirrored["baseline"]["losses"]) == (0, 2)
+
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--dataset", "yelp"], "Unknown --dataset 'yelp'"),
