@@ -81,6 +81,9 @@ def register(subparsers):
     model.add_argument("--attention-heads", type=int, default=4)
     model.add_argument("--dropout", type=float, default=0.3)
     model.add_argument("--num-mixtures", type=int, default=2)
+    model.add_argument("--transfer-dropout", type=float, default=0.0,
+                       help="dropout on GlomoTransfer's fused input [H ; M H ...] (GLoMo and "
+                            "uniform variants; default 0.0)")
     model.add_argument("--epochs", type=int, default=10)
     model.add_argument("--patience", type=int, default=2,
                        help="epochs without a better validation accuracy before stopping")
@@ -117,6 +120,8 @@ def _check_arguments(args):
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1.")
     if args.patience < 0 or not 0.0 <= args.dropout < 1.0 or args.learning_rate <= 0:
         raise UsageError("--patience must be >= 0, --dropout in [0, 1), --learning-rate > 0.")
+    if not 0.0 <= args.transfer_dropout < 1.0:
+        raise UsageError(f"--transfer-dropout must be in [0, 1), got {args.transfer_dropout}.")
 
 
 def _pretrained_paths(args):
@@ -432,7 +437,7 @@ def run(args):
                     vocabulary_size, len(class_names), variant, graph_predictor=predictor,
                     embedding_dim=args.embedding_dim, rnn_units=args.rnn_units,
                     attention_heads=args.attention_heads, dropout=args.dropout,
-                    num_mixtures=args.num_mixtures)
+                    num_mixtures=args.num_mixtures, transfer_dropout=args.transfer_dropout)
                 start = time.perf_counter()
                 accuracy, epochs_run = train_and_evaluate(
                     model, (ids[train], labels[train]), (ids[validation], labels[validation]),

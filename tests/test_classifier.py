@@ -85,3 +85,21 @@ def test_bad_arguments(predictor):
         build_classifier(VOCAB + 1, 2, "glomo_embeddings", graph_predictor=predictor)
     with pytest.raises(ValueError, match="num_classes"):
         build_classifier(VOCAB, 1, "baseline")
+
+
+@pytest.mark.parametrize("variant", ["glomo_embeddings", "glomo_rnn", "uniform"])
+def test_transfer_dropout_reaches_the_fused_input_only_in_training(variant, predictor, rng):
+    ids, _ = _data(rng, batch=4, length=6)
+    settings = dict(SMALL, dropout=0.0)  # the model's other dropout layers off
+    quiet = build_classifier(VOCAB, CLASSES, variant, graph_predictor=predictor, **settings)
+    noisy = build_classifier(VOCAB, CLASSES, variant, graph_predictor=predictor,
+                             transfer_dropout=0.5, **settings)
+    transfer = [layer for layer in noisy.layers if isinstance(layer, GlomoTransfer)]
+    assert [layer.dropout for layer in transfer] == [0.5]
+    noisy.set_weights(quiet.get_weights())
+    np.testing.assert_allclose(np.asarray(quiet(ids, training=True)),
+                               np.asarray(quiet(ids, training=True)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(noisy(ids, training=False)),
+                               np.asarray(quiet(ids, training=False)), atol=1e-6)
+    assert not np.allclose(np.asarray(noisy(ids, training=True)),
+                           np.asarray(noisy(ids, training=True)), atol=1e-6)

@@ -150,7 +150,8 @@ class SelfAttentionMask(keras.layers.Layer):
 
 def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_predictor=None,
                      embedding_dim=128, rnn_units=128, attention_heads=4, dropout=0.3,
-                     num_mixtures=2, conditioned=True, include_products=True, num_anchors=2,
+                     num_mixtures=2, conditioned=True, include_products=True,
+                     transfer_dropout=0.0, num_anchors=2,
                      reconstruct_length=4, predict_length=4, aux_weight=0.5, name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
@@ -172,6 +173,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             output layer.
         num_mixtures, conditioned, include_products: the transferred graphs' mixtures
             (see :class:`GlomoTransfer`).
+        transfer_dropout: float, ``GlomoTransfer``'s dropout on its fused input
+            ``[H ; M H ...]`` (GLoMo and uniform variants).
         num_anchors, reconstruct_length, predict_length, aux_weight: the ``shared_private``
             variant's auxiliary tasks (see :class:`SharedPrivateRNN`); unused otherwise.
         name: model name; default ``"classifier_<variant>"``.
@@ -198,7 +201,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         layer = GlomoTransfer(graph_predictor if graph_mode == "learned" else None,
                               num_mixtures=num_mixtures, conditioned=conditioned,
                               include_products=include_products, graph_mode=graph_mode,
-                              name=layer_name)
+                              dropout=transfer_dropout, name=layer_name)
         return layer([features, token_ids])
 
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
