@@ -157,12 +157,7 @@ class GraphMixture(keras.layers.Layer):
         """``M H`` from every candidate applied to ``H`` (``[B, T, 2, mixtures, d]``, unscaled)."""
         single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
         candidates = [single, chained] if self.include_products else [single]
-        shape = tf.shape(single)
-        candidates = tf.reshape(tf.stack(candidates, axis=2),
-                                [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, d]
-        if self.conditioned:
-            return tf.einsum("btzmc,bzctd->btzmd", weights, candidates)
-        return tf.einsum("zmc,bzctd->btzmd", weights, candidates)
+        return self._mix_candidates(candidates, weights, "btzmx")
 
     def _explicit(self, features, graphs, weights):
         """``M H`` from the mixed graphs formed as ``T x T`` matrices (unscaled)."""
@@ -176,12 +171,16 @@ class GraphMixture(keras.layers.Layer):
             for layer in range(1, graphs.shape[2]):
                 products.append(tf.matmul(graphs[:, :, layer], products[-1]))
             candidates.append(tf.stack(products, axis=2))
-        shape = tf.shape(graphs)
-        candidates = tf.reshape(tf.stack(candidates, axis=2),
-                                [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, T]
+        return self._mix_candidates(candidates, weights, "bzmtx")
+
+    def _mix_candidates(self, candidates, weights, output):
+        """Stacks groups of candidates ``[B, 2, L, K, T, X]`` into ``[B, 2, C, T, X]`` (singles
+        first) and mixes them with ``weights``; ``output`` is the einsum's output subscripts."""
+        shape = tf.shape(candidates[0])
+        stacked = tf.reshape(tf.stack(candidates, axis=2), [shape[0], 2, -1, shape[4], shape[5]])
         if self.conditioned:
-            return tf.einsum("btzmc,bzcts->bzmts", weights, candidates)
-        return tf.einsum("zmc,bzcts->bzmts", weights, candidates)
+            return tf.einsum(f"btzmc,bzctx->{output}", weights, stacked)
+        return tf.einsum(f"zmc,bzctx->{output}", weights, stacked)
 
     def explicit_mixed_graphs(self, features, graphs=None, padding_mask=None):
         """The mixed graphs ``M`` themselves, ``[batch, 2, mixtures, T, T]``, for inspection.
