@@ -286,14 +286,32 @@ def paired_t(differences):
 
 
 def _two_sided_p(t, n):
-    """p-value of a paired t statistic with ``n - 1`` degrees of freedom (needs scipy)."""
-    try:
-        from scipy import stats
-    except ImportError:
+    """Two-sided p-value of a paired t statistic with ``n - 1`` degrees of freedom; None when
+    undefined (fewer than two pairs, or all differences equal)."""
+    if t is None or not math.isfinite(t) or n < 2:
         return None
-    if t is None or not math.isfinite(t):
-        return None
-    return float(2 * stats.t.sf(abs(t), n - 1))
+    return 1.0 - student_t_central(abs(t), n - 1)
+
+
+def student_t_central(t, dof):
+    """``P(|T| < t)`` for Student's t with an integer ``dof >= 1``, in closed form
+    (Abramowitz & Stegun 26.7.3 and 26.7.4): with ``theta = atan(t / sqrt(dof))``,
+    odd ``dof``: ``2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))`` (``dof - 3``
+    powers), even ``dof``: ``sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)`` (``dof - 2`` powers)."""
+    theta = math.atan(t / math.sqrt(dof))
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    term, total = 1.0, 1.0
+    if dof % 2:
+        if dof == 1:
+            return 2.0 / math.pi * theta
+        for k in range(2, dof - 1, 2):  # 2/3, 2*4/(3*5), ...
+            term *= k / (k + 1) * cos2
+            total += term
+        return 2.0 / math.pi * (theta + sin * math.cos(theta) * total)
+    for k in range(1, dof - 2, 2):  # 1/2, 1*3/(2*4), ...
+        term *= k / (k + 1) * cos2
+        total += term
+    return sin * total
 
 
 def paired_comparison(own, reference):

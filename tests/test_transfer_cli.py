@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from glomo_tf import GraphPredictor, cli, save_graph_predictor
+from glomo_tf import GraphPredictor, cli, save_graph_predictor, transfer
 from glomo_tf.data.vocabulary import Tokenizer
 from glomo_tf.transfer import paired_t, splits, summarize
 
@@ -160,3 +160,16 @@ def test_kfold_and_seeded_splits_carve_validation_from_training():
     (fold, train, validation, test), = splits(50, "seeded", 10, seed=2)
     assert fold is None and (len(train), len(validation), len(test)) == (41, 4, 5)
     assert sorted(np.concatenate([train, validation, test]).tolist()) == list(range(50))
+
+
+@pytest.mark.parametrize("dof, critical", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776),
+                                           (5, 2.571), (9, 2.262), (30, 2.042)])
+def test_two_sided_p_at_textbook_critical_values(dof, critical):
+    """The t table's two-sided 5% critical values give p = 0.05 (to the table's 3 decimals)."""
+    assert transfer._two_sided_p(critical, dof + 1) == pytest.approx(0.05, abs=2e-4)
+    assert transfer._two_sided_p(-critical, dof + 1) == pytest.approx(0.05, abs=2e-4)
+    assert transfer._two_sided_p(0.0, dof + 1) == pytest.approx(1.0)
+    assert transfer._two_sided_p(None, dof + 1) is None
+    # Monotone and against the normal limit for many degrees of freedom.
+    assert transfer._two_sided_p(1.0, dof + 1) > transfer._two_sided_p(2.0, dof + 1)
+    assert transfer._two_sided_p(1.959964, 10_001) == pytest.approx(0.05, abs=1e-4)
