@@ -24,6 +24,7 @@ Examples::
     python benchmarks/transfer_overhead.py
     python benchmarks/transfer_overhead.py --batch 32 --seq 64 --d 128 --layers 2 --heads 4
     python benchmarks/transfer_overhead.py --xla --iters 20 --rounds 5
+    python benchmarks/transfer_overhead.py --propagation chained  # the O(T^2) form at any T
 """
 
 import argparse
@@ -44,6 +45,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     _harness.add_model_arguments(p)
     p.add_argument("--mixtures", type=int, default=2, help="GlomoTransfer mixtures per direction")
+    p.add_argument("--propagation", choices=("auto", "chained", "explicit"), default="auto",
+                   help="GlomoTransfer's propagation (how M H is computed; default auto)")
     p.add_argument("--xla", action="store_true", help="compile the models with jit_compile=True")
     p.add_argument("--iters", type=int, default=10, help="timed steps per round")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per round")
@@ -73,7 +76,8 @@ def build_model(a, variant, keras):
             vocabulary_size=a.vocab, hidden_dim=a.d, num_layers=a.layers, num_heads=a.heads,
             head_dim=a.head_dim, conv_layers=a.conv_layers, kernel_size=a.kernel,
             name="graph_predictor")
-        h = GlomoTransfer(predictor, num_mixtures=a.mixtures, name="glomo_transfer")([h, ids])
+        h = GlomoTransfer(predictor, num_mixtures=a.mixtures, propagation=a.propagation,
+                          name="glomo_transfer")([h, ids])
     elif variant == "mha":
         h = keras.layers.MultiHeadAttention(a.heads, a.d // a.heads, name="mha")(h, h)
     pooled = keras.layers.GlobalAveragePooling1D(name="pool")(h)
@@ -134,7 +138,8 @@ def main(argv=None):
                      "GlobalAveragePooling1D -> Dense, no padding",
         "config": {k: getattr(a, k) for k in ("batch", "seq", "d", "vocab", "layers", "heads",
                                               "head_dim", "conv_layers", "kernel", "mixtures",
-                                              "xla", "iters", "warmup", "rounds", "seed")},
+                                              "propagation", "xla", "iters", "warmup", "rounds",
+                                              "seed")},
         "ms_per_step_median": {v: round(1000 * t, 3) for v, t in med.items()},
         "ms_per_step_rounds": {v: [round(1000 * t, 3) for t in ts] for v, ts in per_round.items()},
         "added_ms_per_step": {v: round(1000 * t, 3) for v, t in added.items()},
@@ -147,9 +152,10 @@ def main(argv=None):
         "first_step_loss": first_loss,
         "predictor_frozen_and_unchanged": bool(predictor_unchanged and not predictor.trainable),
         "what_glomo_adds": "per step: the frozen predictor's forward (embeddings, key/query CNNs, "
-                           "projections, graphs [B, 2, L, K, T, T]) in inference mode, the chained "
-                           "mixture of 2 L K candidates per direction applied to H and the gated "
-                           "fusion, forward and backward (no gradient into the predictor)",
+                           "projections, graphs [B, 2, L, K, T, T]) in inference mode, the mixture "
+                           "of 2 L K candidates per direction applied to H (chained, or as mixed "
+                           "T x T graphs: config.propagation) and the gated fusion, forward and "
+                           "backward (no gradient into the predictor)",
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),

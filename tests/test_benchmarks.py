@@ -19,6 +19,7 @@ SEQS = (16, 32)
 COST_ARGS = ["--seq", *map(str, SEQS), "--batch", "2", "--d", "8", "--layers", "2", "--heads", "2",
              "--mixtures", "2", "--iters", "1", "--warmup", "0", "--rounds", "1"]
 OVERHEAD_ARGS = ["--batch", "2", "--seq", "16", "--d", "8", "--vocab", "50", "--layers", "1",
+                 "--propagation", "explicit",
                  "--heads", "2", "--conv-layers", "1", "--iters", "1", "--warmup", "0",
                  "--rounds", "1"]
 
@@ -29,7 +30,7 @@ def start(script, args):
 
 
 def finish(proc):
-    out, err = proc.communicate(timeout=180)
+    out, err = proc.communicate(timeout=600)  # a guard against a hang, not a timing
     assert proc.returncode == 0, err[-3000:]
     return json.loads(out)
 
@@ -77,6 +78,7 @@ def test_transfer_overhead_json(outputs):
     assert "ratio_glomo_added_over_mha_added" in result
     assert len(result["ratio_glomo_added_over_mha_added_rounds"]) == 1
     assert result["predictor_frozen_and_unchanged"] is True
+    assert result["config"]["propagation"] == "explicit"
     assert result["parameters"]["glomo"]["non_trainable"] > 0  # the frozen predictor
     assert result["parameters"]["mha"]["non_trainable"] == 0
 
