@@ -7,13 +7,18 @@ sentences exactly as pretraining did, and
 * prints, for every unit, its strongest sources in each direction (graph averaged over heads, per
   layer): ``--top-k`` of them with their weights;
 * writes ``--png``: heatmaps with the units on both axes, one panel per direction and layer;
-* writes ``--json``: the tokens and the head-averaged graphs ``[2, L, T, T]`` of every sentence.
+* writes ``--json``: the tokens and the head-averaged graphs ``[2, L, T, T]`` of every sentence;
+* prints with ``--stats`` what the graphs look like over all the sentences, per direction and
+  layer (every head pooled): the share of live rows, the weight on adjacent units, the mean
+  distance to the sources, the number of sources with weight, the rows' entropy and the weight
+  on ``<unk>`` sources (see :class:`GraphStatistics`).
 
 Examples::
 
     glomo extract --run runs/wiki --text "the film was released in may" --png graphs.png
     glomo extract --model runs/wiki/graph_predictor.keras --tokenizer runs/wiki/tokenizer \\
         --file sentences.txt --json graphs.json
+    glomo extract --run runs/wiki --file ../shared/data/mr/rt-polarity.pos --stats --top-k 0
 """
 
 import json
@@ -43,6 +48,10 @@ def register(subparsers):
     parser.add_argument("--png-sentences", type=int, default=1,
                         help="sentences drawn in --png (default 1)")
     parser.add_argument("--json", help="write tokens and head-averaged graphs here")
+    parser.add_argument("--stats", action="store_true",
+                        help="print statistics of the graphs over all the sentences")
+    parser.add_argument("--batch-size", type=int, default=128,
+                        help="sentences per predictor call (default 128)")
     parser.set_defaults(func=run)
     return parser
 
@@ -67,26 +76,110 @@ def _sentences(args):
     return sentences
 
 
-def extract(predictor, tokenizer, sentences, max_length=128):
-    """Tokens and head-averaged graphs of ``sentences``.
+def extract(predictor, tokenizer, sentences, max_length=128, batch_size=128, statistics=None):
+    """Tokens and head-averaged graphs of ``sentences``, ``batch_size`` sentences per call.
 
     Returns a list of dicts ``{"text", "tokens", "graphs"}`` where ``graphs`` is a float array
-    ``[2, L, n, n]`` over the sentence's ``n`` units (direction 0 forward, 1 backward).
+    ``[2, L, n, n]`` over the sentence's ``n`` units (direction 0 forward, 1 backward). A
+    :class:`GraphStatistics` given as ``statistics`` is updated with every batch's per-head graphs.
     """
     from glomo_tf.data.vocabulary import check_vocabulary_matches
 
     check_vocabulary_matches(tokenizer.vocabulary, predictor)
-    ids = tokenizer.encode(sentences, max_length=max_length)
-    graphs = predictor(ids, training=False)["graphs"]
-    graphs = np.asarray(graphs, np.float32).mean(axis=3)  # [B, 2, L, T, T]
-    tokens = tokenizer.ids_to_tokens(ids).numpy()
-    lengths = (np.asarray(ids) != 0).sum(axis=1)
     out = []
-    for i, n in enumerate(lengths):
-        out.append({"text": sentences[i],
-                    "tokens": [t.decode("utf-8", "replace") for t in tokens[i, :n]],
-                    "graphs": graphs[i, :, :, :n, :n]})
+    for start in range(0, len(sentences), batch_size):
+        batch = sentences[start:start + batch_size]
+        ids = tokenizer.encode(batch, max_length=max_length)
+        per_head = np.asarray(predictor(ids, training=False)["graphs"], np.float32)
+        if statistics is not None:
+            statistics.update(per_head, np.asarray(ids), tokenizer.vocabulary.unk_id)
+        graphs = per_head.mean(axis=3)  # [B, 2, L, T, T]
+        tokens = tokenizer.ids_to_tokens(ids).numpy()
+        lengths = (np.asarray(ids) != 0).sum(axis=1)
+        for i, n in enumerate(lengths):
+            out.append({"text": batch[i],
+                        "tokens": [t.decode("utf-8", "replace") for t in tokens[i, :n]],
+                        "graphs": graphs[i, :, :, :n, :n]})
     return out
+
+
+class GraphStatistics:
+    """What graphs ``[B, 2, L, K, T, T]`` look like, accumulated over batches.
+
+    Per direction and layer, every head pooled, over the rows of real units that have an
+    admissible source (a real unit before them, forward; after them, backward):
+
+    * ``live``: the share of those rows with any weight;
+    * over the live rows, as shares of their total weight: ``adjacent`` (on ``|t - s| = 1``) and
+      ``unk`` (on ``<unk>`` sources); ``mean_distance``, the weight-averaged ``|t - s|``;
+    * ``sources``: the mean number of sources with weight per live row, and ``entropy``: the mean
+      entropy (nats) of the live rows normalised to sum to one.
+
+    ``units`` and ``unk_share`` count the real units and the share of them that are ``<unk>``.
+    """
+
+    KEYS = ("live", "adjacent", "mean_distance", "sources", "entropy", "unk")
+
+    def __init__(self):
+        self._sums = None
+        self.units = 0
+        self.unknown = 0
+
+    def update(self, graphs, token_ids, unk_id=1):
+        graphs = np.asarray(graphs, np.float32)
+        token_ids = np.asarray(token_ids)
+        real = token_ids != 0  # [B, T]
+        _, directions, layers, _, steps, _ = graphs.shape
+        if self._sums is None:
+            self._sums = np.zeros((directions, layers, 8))
+        self.units += int(real.sum())
+        self.unknown += int((real & (token_ids == unk_id)).sum())
+        position = np.arange(steps)
+        distance = np.abs(position[:, None] - position[None, :]).astype(np.float32)
+        before = np.cumsum(real, axis=1) - real  # real units before t
+        after = real.sum(axis=1, keepdims=True) - np.cumsum(real, axis=1)
+        unknown_source = (token_ids == unk_id)[:, None, None, :]  # [B, 1, 1, T] (sources)
+        for z in range(directions):
+            has_source = real & ((before if z == 0 else after) > 0)  # [B, T]
+            for layer in range(layers):
+                g = graphs[:, z, layer]  # [B, K, T, T]
+                total = g.sum(-1)  # [B, K, T]
+                rows = np.broadcast_to(has_source[:, None], total.shape)
+                live = rows & (total > 0)
+                p = g / np.where(total > 0, total, 1.0)[..., None]
+                entropy = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+                self._sums[z, layer] += [  # float64 sums
+                    rows.sum(), live.sum(), total[live].astype(np.float64).sum(),
+                    (g * (distance == 1)).sum(-1)[live].sum(),
+                    (g * distance).sum(-1)[live].sum(),
+                    (g > 0).sum(-1)[live].sum(), entropy[live].sum(),
+                    (g * unknown_source).sum(-1)[live].sum()]
+
+    def result(self):
+        """``{"forward": [per layer {key: value}], "backward": [...], "units", "unk_share"}``."""
+        out = {"units": self.units, "unk_share": self.unknown / max(self.units, 1)}
+        if self._sums is None:
+            return out
+        for z, name in enumerate(DIRECTIONS[:self._sums.shape[0]]):
+            out[name] = []
+            for rows, live, weight, adjacent, distance, sources, entropy, unk in self._sums[z]:
+                weight_ = max(weight, 1e-12)
+                out[name].append({
+                    "live": live / max(rows, 1), "adjacent": adjacent / weight_,
+                    "mean_distance": distance / weight_, "sources": sources / max(live, 1),
+                    "entropy": entropy / max(live, 1), "unk": unk / weight_})
+        return out
+
+
+def format_statistics(result):
+    lines = [f"\nGraph statistics over {result['units']} units ({100 * result['unk_share']:.1f}% "
+             "<unk>), every head pooled, rows with an admissible source:",
+             f"  {'graph':<12}" + "".join(f"{key:>15}" for key in GraphStatistics.KEYS)]
+    for name in DIRECTIONS:
+        for layer, values in enumerate(result.get(name, [])):
+            lines.append(f"  {name + ' ' + str(layer + 1):<12}" +
+                         "".join(f"{values[key]:>15.3f}" for key in GraphStatistics.KEYS))
+    return lines
 
 
 def format_edges(item, top_k):
@@ -106,8 +199,9 @@ def format_edges(item, top_k):
 
 
 def run(args):
-    if args.max_length < 1 or args.top_k < 0 or args.png_sentences < 1:
-        raise UsageError("--max-length and --png-sentences must be >= 1, --top-k >= 0.")
+    if args.max_length < 1 or args.top_k < 0 or args.png_sentences < 1 or args.batch_size < 1:
+        raise UsageError("--max-length, --png-sentences and --batch-size must be >= 1, "
+                         "--top-k >= 0.")
     model_path, tokenizer_path = _paths(args)
     sentences = _sentences(args)
     from glomo_tf.data.vocabulary import Tokenizer
@@ -115,8 +209,10 @@ def run(args):
 
     tokenizer = Tokenizer.load(tokenizer_path)
     predictor = load_graph_predictor(model_path)
+    statistics = GraphStatistics() if args.stats else None
     try:
-        items = extract(predictor, tokenizer, sentences, args.max_length)
+        items = extract(predictor, tokenizer, sentences, args.max_length, args.batch_size,
+                        statistics)
     except ValueError as error:  # a vocabulary that does not match the model
         raise UsageError(str(error)) from None
     if args.top_k:
@@ -143,4 +239,6 @@ def run(args):
                         "graphs": np.round(item["graphs"], 5).tolist()} for item in items],
                       handle)
         print(f"Wrote {args.json}")
+    if statistics is not None:
+        print("\n".join(format_statistics(statistics.result())))
     return 0

@@ -80,3 +80,63 @@ def test_no_sentences_and_a_foreign_vocabulary_are_refused(run_dir, tmp_path, ca
     assert cli.main(["extract", "--model", str(directory / "graph_predictor.keras"),
                      "--tokenizer", str(tmp_path / "other"), "--text", "words"]) == 2
     assert "Vocabulary mismatch" in capsys.readouterr().err
+
+
+def test_graph_statistics_on_hand_made_graphs():
+    """Two sentences, 1 layer, 2 heads, values worked out by hand."""
+    from glomo_tf.extract import GraphStatistics
+
+    ids = np.array([[5, 1, 6, 7], [8, 9, 0, 0]])  # <unk> = 1 at position 1; sentence 2 has 2 units
+    g = np.zeros((2, 2, 1, 2, 4, 4), np.float32)
+    # Sentence 1, forward: rows 1..3 have sources. Head 0: row 1 <- 0 (1.0); row 2 <- 1 (0.5),
+    # 0 (0.5); row 3 dead. Head 1: row 1 <- 0; row 2 <- 0; row 3 <- 1 (0.25), 2 (0.75).
+    g[0, 0, 0, 0, 1, 0] = 1.0
+    g[0, 0, 0, 0, 2, [1, 0]] = 0.5
+    g[0, 0, 0, 1, 1, 0] = 1.0
+    g[0, 0, 0, 1, 2, 0] = 1.0
+    g[0, 0, 0, 1, 3, [1, 2]] = [0.25, 0.75]
+    # Sentence 2, forward: row 1 <- 0 in both heads. Backward: only row 0 of sentence 2 (<- 1),
+    # head 0 only; every other backward row with a source is dead.
+    g[1, 0, 0, :, 1, 0] = 1.0
+    g[1, 1, 0, 0, 0, 1] = 1.0
+    stats = GraphStatistics()
+    stats.update(g[:1], ids[:1])  # two batches accumulate
+    stats.update(g[1:], ids[1:])
+    result = stats.result()
+    assert (result["units"], result["unk_share"]) == (6, pytest.approx(1 / 6))
+    forward = result["forward"][0]
+    # Rows with a source: sentence 1 rows 1-3 and sentence 2 row 1, times 2 heads = 8; 7 live.
+    assert forward["live"] == pytest.approx(7 / 8)
+    # Live rows' weight 7 (each sums to 1). Adjacent: h0 r1 1, h0 r2 0.5, h1 r1 1, h1 r3 0.75,
+    # s2 2 x 1 = 5.25. Distance: h0: 1 + (0.5 + 1); h1: 1 + 2 + (0.5 + 0.75); s2: 2 = 8.75.
+    assert forward["adjacent"] == pytest.approx(5.25 / 7)
+    assert forward["mean_distance"] == pytest.approx(8.75 / 7)
+    assert forward["sources"] == pytest.approx((1 + 2 + 1 + 1 + 2 + 2) / 7)
+    entropy = np.log(2) - (0.25 * np.log(0.25) + 0.75 * np.log(0.75))  # h0 row 2, h1 row 3
+    assert forward["entropy"] == pytest.approx(entropy / 7)
+    assert forward["unk"] == pytest.approx((0.5 + 0.25) / 7)  # weight on position 1 of sentence 1
+    backward = result["backward"][0]
+    # Backward rows with a source: sentence 1 rows 0-2, sentence 2 row 0: 4 x 2 heads; 1 live.
+    assert backward["live"] == pytest.approx(1 / 8)
+    assert (backward["adjacent"], backward["unk"]) == (pytest.approx(1.0), pytest.approx(0.0))
+
+
+def test_stats_flag_over_batches_matches_one_call(run_dir, tmp_path, capsys):
+    from glomo_tf.extract import GraphStatistics
+
+    directory, tokenizer, predictor = run_dir
+    sentences = LINES + ["the mat ran", "a park sat on the dog cat"]
+    path = tmp_path / "s.txt"
+    path.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    assert cli.main(["extract", "--run", str(directory), "--file", str(path), "--stats",
+                     "--top-k", "0", "--batch-size", "2"]) == 0
+    printed = capsys.readouterr().out
+    ids = tokenizer.encode(sentences, max_length=128).numpy()
+    expected = GraphStatistics()
+    expected.update(predictor(ids, training=False)["graphs"].numpy(), ids)
+    result = expected.result()
+    assert f"over {result['units']} units" in printed
+    row = [l for l in printed.splitlines() if l.strip().startswith("backward 2")][0]
+    values = [float(v) for v in row.split()[2:]]
+    np.testing.assert_allclose(values, [result["backward"][1][k] for k in GraphStatistics.KEYS],
+                               atol=1.5e-3)
