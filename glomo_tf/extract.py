@@ -18,7 +18,7 @@ Examples::
     glomo extract --run runs/wiki --text "the film was released in may" --png graphs.png
     glomo extract --model runs/wiki/graph_predictor.keras --tokenizer runs/wiki/tokenizer \\
         --file sentences.txt --json graphs.json
-    glomo extract --run runs/wiki --file ../shared/data/mr/rt-polarity.pos --stats --top-k 0
+    glomo extract --run runs/wiki --file ../shared/data/mr/rt-polarity.* --stats --top-k 0
 """
 
 import json
@@ -38,7 +38,8 @@ def register(subparsers):
     add_pretrained_arguments(parser)
     text = parser.add_argument_group("sentences")
     text.add_argument("--text", action="append", default=[], help="a sentence (repeatable)")
-    text.add_argument("--file", help="a text file, one sentence per line")
+    text.add_argument("--file", nargs="+", default=[], metavar="FILE",
+                      help="text files, one sentence per line")
     parser.add_argument("--max-length", type=int, default=128,
                         help="units kept per sentence (default 128)")
     parser.add_argument("--top-k", type=int, default=2,
@@ -66,10 +67,10 @@ def _paths(args):
 
 def _sentences(args):
     sentences = list(args.text)
-    if args.file:
-        if not os.path.isfile(args.file):
-            raise UsageError(f"--file {args.file!r} does not exist.")
-        with open(args.file, encoding="utf-8", errors="replace") as handle:
+    for path in args.file:
+        if not os.path.isfile(path):
+            raise UsageError(f"--file {path!r} does not exist.")
+        with open(path, encoding="utf-8", errors="replace") as handle:
             sentences += [line.strip() for line in handle if line.strip()]
     if not sentences:
         raise UsageError("No sentences: pass --text \"...\" (repeatable) or --file FILE.")

@@ -126,10 +126,11 @@ def test_stats_flag_over_batches_matches_one_call(run_dir, tmp_path, capsys):
 
     directory, tokenizer, predictor = run_dir
     sentences = LINES + ["the mat ran", "a park sat on the dog cat"]
-    path = tmp_path / "s.txt"
-    path.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    assert cli.main(["extract", "--run", str(directory), "--file", str(path), "--stats",
-                     "--top-k", "0", "--batch-size", "2"]) == 0
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("\n".join(sentences[:2]) + "\n", encoding="utf-8")
+    second.write_text("\n".join(sentences[2:]) + "\n", encoding="utf-8")
+    assert cli.main(["extract", "--run", str(directory), "--file", str(first), str(second),
+                     "--stats", "--top-k", "0", "--batch-size", "2"]) == 0
     printed = capsys.readouterr().out
     ids = tokenizer.encode(sentences, max_length=128).numpy()
     expected = GraphStatistics()
