@@ -316,7 +316,8 @@ def student_t_central(t, dof):
 
 def paired_comparison(own, reference):
     """``own`` against ``reference`` (both ``{seed: accuracy}``) over the seeds both have: the
-    per-seed differences, their mean, wins/ties/losses, paired t and p; None without a shared seed."""
+    per-seed differences, their mean, wins/ties/losses, paired t and p; None without a shared
+    seed."""
     seeds = sorted(set(own) & set(reference))
     if not seeds:
         return None
@@ -347,6 +348,13 @@ def summarize(runs, variants, reference="baseline"):
         paired = paired_comparison(per_seed_accuracy(runs, variant), reference_accuracy)
         if paired is not None:
             summary["paired"][variant] = paired
+    # Learned graphs against uniform ones: what the graphs' structure adds over the same fusion.
+    uniform = per_seed_accuracy(runs, "uniform") if reference != "uniform" else {}
+    for variant in variants:
+        if variant in PREDICTOR_VARIANTS and uniform:
+            paired = paired_comparison(per_seed_accuracy(runs, variant), uniform)
+            if paired is not None:
+                summary.setdefault("paired_with_uniform", {})[variant] = paired
     return summary
 
 
@@ -358,24 +366,34 @@ def format_t(t):
     return f"{t:+.2f}"
 
 
-def format_markdown(summary, dataset, split_description):
+def format_markdown(summary, dataset, split_description, reference="baseline"):
     lines = [f"## {dataset}: test accuracy ({split_description})", "",
              "| variant | seeds | accuracy (mean ± std) | min | max |",
              "|---|---:|---:|---:|---:|"]
     for variant, s in summary["variants"].items():
         lines.append(f"| {variant} | {s['seeds']} | {100 * s['mean']:.2f} ± {100 * s['std']:.2f} "
                      f"| {100 * s['min']:.2f} | {100 * s['max']:.2f} |")
-    if summary["paired"]:
-        lines += ["", "Paired with the baseline on the same seeds and splits (difference in "
-                  "accuracy points; t = mean(d) / (std(d) / sqrt(n)), n - 1 degrees of freedom):",
-                  "", "| variant - baseline | seeds | mean difference | wins / ties / losses | "
-                  "paired t | p (two-sided) |", "|---|---:|---:|---:|---:|---:|"]
-        for variant, p in summary["paired"].items():
-            pvalue = "n/a" if p["p"] is None else f"{p['p']:.3f}"
-            lines.append(f"| {variant} | {p['seeds']} | {100 * p['mean_difference']:+.2f} | "
-                         f"{p['wins']} / {p['ties']} / {p['losses']} | {format_t(p['t'])} | "
-                         f"{pvalue} |")
+    lines += _paired_table(
+        summary["paired"], reference,
+        f"Paired with the {reference} on the same seeds and splits (difference in accuracy points; "
+        "t = mean(d) / (std(d) / sqrt(n)), n - 1 degrees of freedom):")
+    lines += _paired_table(
+        summary.get("paired_with_uniform", {}), "uniform",
+        "GLoMo variants paired with the uniform graph (the same fusion without learned structure):")
     return "\n".join(lines) + "\n"
+
+
+def _paired_table(paired, reference, intro):
+    if not paired:
+        return []
+    lines = ["", intro, "", f"| variant - {reference} | seeds | mean difference | "
+             "wins / ties / losses | paired t | p (two-sided) |", "|---|---:|---:|---:|---:|---:|"]
+    for variant, p in paired.items():
+        pvalue = "n/a" if p["p"] is None else f"{p['p']:.3f}"
+        lines.append(f"| {variant} | {p['seeds']} | {100 * p['mean_difference']:+.2f} | "
+                     f"{p['wins']} / {p['ties']} / {p['losses']} | {format_t(p['t'])} | "
+                     f"{pvalue} |")
+    return lines
 
 
 def _write_results(output_dir, config, runs, variants, split_description):

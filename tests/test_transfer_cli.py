@@ -113,6 +113,8 @@ def test_paired_comparison_numbers():
     assert paired_t([0.1]) is None
     assert paired_t([1 / 12, 0.0833333333333334]) == float("inf")  # equal up to round-off
 
+    assert "paired_with_uniform" not in summary  # no uniform runs
+
     # Any variant can be the reference: baseline against glomo_rnn is the mirror image.
     mirrored = summarize(runs, ["baseline", "glomo_rnn"], reference="glomo_rnn")["paired"]
     assert set(mirrored) == {"baseline"}
@@ -173,3 +175,23 @@ def test_two_sided_p_at_textbook_critical_values(dof, critical):
     # Monotone and against the normal limit for many degrees of freedom.
     assert transfer._two_sided_p(1.0, dof + 1) > transfer._two_sided_p(2.0, dof + 1)
     assert transfer._two_sided_p(1.959964, 10_001) == pytest.approx(0.05, abs=1e-4)
+
+
+def test_glomo_variants_are_also_paired_with_the_uniform_graph():
+    runs = [{"variant": v, "seed": s, "fold": None, "accuracy": a} for v, s, a in [
+        ("baseline", 0, 0.70), ("baseline", 1, 0.72), ("baseline", 2, 0.71),
+        ("uniform", 0, 0.72), ("uniform", 1, 0.71), ("uniform", 2, 0.75),
+        ("glomo_rnn", 0, 0.74), ("glomo_rnn", 1, 0.74), ("glomo_rnn", 2, 0.76),
+        ("cn3", 0, 0.73), ("cn3", 1, 0.73), ("cn3", 2, 0.73)]]
+    summary = summarize(runs, ["baseline", "glomo_rnn", "uniform", "cn3"])
+    assert set(summary["paired"]) == {"glomo_rnn", "uniform", "cn3"}
+    against_uniform = summary["paired_with_uniform"]
+    assert set(against_uniform) == {"glomo_rnn"}  # only the learned-graph variants
+    d = np.array([0.02, 0.03, 0.01])
+    assert against_uniform["glomo_rnn"]["mean_difference"] == pytest.approx(d.mean())
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(3))
+    assert against_uniform["glomo_rnn"]["t"] == pytest.approx(t)
+    markdown = transfer.format_markdown(summary, "mr", "seeded")
+    assert "| variant - uniform |" in markdown
+    assert "| glomo_rnn | 3 | +2.00 | 3 / 0 / 0 |" in markdown
+    assert markdown.count("| glomo_rnn | 3 |") == 3  # accuracy row, vs baseline, vs uniform
