@@ -11,7 +11,8 @@ sentences exactly as pretraining did, and
 * prints with ``--stats`` what the graphs look like over all the sentences, per direction and
   layer (every head pooled): the share of live rows, the weight on adjacent units, the mean
   distance to the sources, the number of sources with weight, the rows' entropy and the weight
-  on ``<unk>`` sources (see :class:`GraphStatistics`).
+  on ``<unk>`` sources (see :class:`GraphStatistics`), and the same for uniform graphs over
+  the same units as the reference.
 
 Examples::
 
@@ -77,12 +78,15 @@ def _sentences(args):
     return sentences
 
 
-def extract(predictor, tokenizer, sentences, max_length=128, batch_size=128, statistics=None):
+def extract(predictor, tokenizer, sentences, max_length=128, batch_size=128, statistics=None,
+            uniform_statistics=None):
     """Tokens and head-averaged graphs of ``sentences``, ``batch_size`` sentences per call.
 
     Returns a list of dicts ``{"text", "tokens", "graphs"}`` where ``graphs`` is a float array
     ``[2, L, n, n]`` over the sentence's ``n`` units (direction 0 forward, 1 backward). A
-    :class:`GraphStatistics` given as ``statistics`` is updated with every batch's per-head graphs.
+    :class:`GraphStatistics` given as ``statistics`` is updated with every batch's per-head graphs,
+    one given as ``uniform_statistics`` with the uniform graphs over the same units (the
+    reference: every admissible source weighted alike).
     """
     from glomo_tf.data.vocabulary import check_vocabulary_matches
 
@@ -94,6 +98,12 @@ def extract(predictor, tokenizer, sentences, max_length=128, batch_size=128, sta
         per_head = np.asarray(predictor(ids, training=False)["graphs"], np.float32)
         if statistics is not None:
             statistics.update(per_head, np.asarray(ids), tokenizer.vocabulary.unk_id)
+        if uniform_statistics is not None:
+            from glomo_tf import ops
+
+            uniform = np.asarray(ops.uniform_graphs(np.asarray(ids) != 0))  # [B, 2, T, T]
+            uniform_statistics.update(uniform[:, :, None, None], np.asarray(ids),
+                                      tokenizer.vocabulary.unk_id)
         graphs = per_head.mean(axis=3)  # [B, 2, L, T, T]
         tokens = tokenizer.ids_to_tokens(ids).numpy()
         lengths = (np.asarray(ids) != 0).sum(axis=1)
@@ -172,14 +182,17 @@ class GraphStatistics:
         return out
 
 
-def format_statistics(result):
+def format_statistics(result, uniform=None):
+    """Table lines of a :meth:`GraphStatistics.result`, and of the uniform graphs' if given."""
     lines = [f"\nGraph statistics over {result['units']} units ({100 * result['unk_share']:.1f}% "
              "<unk>), every head pooled, rows with an admissible source:",
-             f"  {'graph':<12}" + "".join(f"{key:>15}" for key in GraphStatistics.KEYS)]
-    for name in DIRECTIONS:
-        for layer, values in enumerate(result.get(name, [])):
-            lines.append(f"  {name + ' ' + str(layer + 1):<12}" +
-                         "".join(f"{values[key]:>15.3f}" for key in GraphStatistics.KEYS))
+             f"  {'graph':<18}" + "".join(f"{key:>14}" for key in GraphStatistics.KEYS)]
+    for label, source in (("", result), ("uniform ", uniform or {})):
+        for name in DIRECTIONS:
+            for layer, values in enumerate(source.get(name, [])):
+                row = label + name + ("" if label else f" {layer + 1}")
+                lines.append(f"  {row:<18}" +
+                             "".join(f"{values[key]:>14.3f}" for key in GraphStatistics.KEYS))
     return lines
 
 
@@ -211,9 +224,10 @@ def run(args):
     tokenizer = Tokenizer.load(tokenizer_path)
     predictor = load_graph_predictor(model_path)
     statistics = GraphStatistics() if args.stats else None
+    uniform = GraphStatistics() if args.stats else None
     try:
         items = extract(predictor, tokenizer, sentences, args.max_length, args.batch_size,
-                        statistics)
+                        statistics, uniform)
     except ValueError as error:  # a vocabulary that does not match the model
         raise UsageError(str(error)) from None
     if args.top_k:
@@ -241,5 +255,5 @@ def run(args):
                       handle)
         print(f"Wrote {args.json}")
     if statistics is not None:
-        print("\n".join(format_statistics(statistics.result())))
+        print("\n".join(format_statistics(statistics.result(), uniform.result())))
     return 0

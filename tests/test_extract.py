@@ -141,3 +141,13 @@ def test_stats_flag_over_batches_matches_one_call(run_dir, tmp_path, capsys):
     values = [float(v) for v in row.split()[2:]]
     np.testing.assert_allclose(values, [result["backward"][1][k] for k in GraphStatistics.KEYS],
                                atol=1.5e-3)
+    # The uniform reference row, by hand: the forward row of unit t spreads 1/t over its t
+    # sources, so entropy log t and t sources; weight on adjacent units 1/t per row.
+    row = [l for l in printed.splitlines() if l.strip().startswith("uniform forward")][0]
+    live, adjacent, distance, sources, entropy, _ = [float(v) for v in row.split()[2:]]
+    rows = [t for n in (ids != 0).sum(axis=1) for t in range(1, n)]
+    assert live == 1.0
+    assert sources == pytest.approx(np.mean(rows), abs=1.5e-3)
+    assert entropy == pytest.approx(np.mean(np.log(rows)), abs=1.5e-3)
+    assert adjacent == pytest.approx(np.mean([1 / t for t in rows]), abs=1.5e-3)
+    assert distance == pytest.approx(np.mean([(t + 1) / 2 for t in rows]), abs=1.5e-3)
