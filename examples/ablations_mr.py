@@ -24,7 +24,8 @@ Writes ``OUTPUT/ablations.json`` (every transfer run) and ``OUTPUT/ablations.md`
 configuration, and each configuration paired with ``glomo`` seed by seed). Pretraining runs live
 in ``OUTPUT/pretrain/<configuration>`` and transfer results in ``OUTPUT/transfer/<configuration>``
 (configurations are named without the dash on the command line: ``--configs sparse``);
-running the command again reuses finished pretraining runs (and resumes interrupted ones).
+running the command again reuses finished pretraining runs (and resumes interrupted ones) and
+transfers finished with the same command line, so the ablations can be run a few at a time.
 """
 
 import argparse
@@ -122,7 +123,8 @@ def pretrain(config, args):
 
 
 def transfer(config, run_dir, args):
-    """The per-seed test accuracies of one configuration: ``{seed: accuracy}``."""
+    """The per-seed test accuracies of one configuration, ``{seed: accuracy}``, and its runs; a
+    transfer finished earlier with the same command line is reused."""
     from glomo_tf import cli
     from glomo_tf.transfer import per_seed_accuracy
 
@@ -132,12 +134,31 @@ def transfer(config, run_dir, args):
     argv = ["transfer", "--run", run_dir, "--dataset", args.dataset, "--variants", variant,
             "--seeds", *map(str, args.seeds), "--output-dir", out, "--verbose", "0",
             *args.transfer_args]
-    print(f"[{config}] glomo " + " ".join(argv), flush=True)
-    if cli.main(argv) != 0:
-        raise SystemExit(f"transfer of {config} failed")
-    with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:
-        runs = json.load(handle)["runs"]
+    finished = _finished_transfer(out, argv)
+    if finished is not None:
+        print(f"[{config}] reusing {out}")
+        runs = finished
+    else:
+        print(f"[{config}] glomo " + " ".join(argv), flush=True)
+        if cli.main(argv) != 0:
+            raise SystemExit(f"transfer of {config} failed")
+        with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:
+            runs = json.load(handle)["runs"]
+        with open(os.path.join(out, "command.json"), "w", encoding="utf-8") as handle:
+            json.dump(argv, handle)
     return per_seed_accuracy(runs, variant), runs
+
+
+def _finished_transfer(out, argv):
+    """The runs of a transfer finished earlier with the same command line, else None."""
+    try:
+        with open(os.path.join(out, "command.json"), encoding="utf-8") as handle:
+            same = json.load(handle) == argv
+        with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:
+            runs = json.load(handle)["runs"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return runs if same else None
 
 
 def table(results, configs):

@@ -99,8 +99,25 @@ def test_ablations_pretrain_transfer_and_pair_with_the_full_model(tmp_path, caps
     for config in ("glomo", "sparse", "uniform"):
         assert f"| {example.label(config)} | 2 |" in table
 
-    # Running again reuses the finished pretraining runs.
+    # Running again reuses the finished pretraining runs and transfers (same command lines).
     capsys.readouterr()
-    example.main(argv[:-4] + ["--configs", "sparse", "--transfer-args", argv[-1]])
+    again = example.main(argv[:-4] + ["--configs", "sparse", "--transfer-args", argv[-1]])
     out = capsys.readouterr().out
     assert "[glomo] reusing" in out and "[sparse] reusing" in out
+    assert f"[sparse] reusing {tmp_path / 'out' / 'transfer' / 'sparse'}" in out
+    assert "] glomo transfer" not in out  # no transfer ran
+    assert again["-sparse"] == summary["-sparse"]
+
+
+def test_a_transfer_is_reused_only_with_the_same_command_line(tmp_path):
+    example = load_example()
+    out = tmp_path / "transfer"
+    out.mkdir()
+    argv = ["transfer", "--run", "r", "--seeds", "0", "1"]
+    runs = [{"variant": "glomo_rnn", "seed": 0, "fold": None, "accuracy": 0.7}]
+    assert example._finished_transfer(str(out), argv) is None  # nothing there
+    (out / "results.json").write_text(json.dumps({"runs": runs}))
+    assert example._finished_transfer(str(out), argv) is None  # no record of its command
+    (out / "command.json").write_text(json.dumps(argv))
+    assert example._finished_transfer(str(out), argv) == runs
+    assert example._finished_transfer(str(out), argv[:-1]) is None  # other seeds: run again
