@@ -176,7 +176,7 @@ def table(results, configs):
         row = f"| {label(config)} | {len(values)} | {100 * entry['mean']:.2f} ± {100 * entry['std']:.2f} |"
         paired = None if config == "glomo" else paired_comparison(results[config], results["glomo"])
         if paired is None:
-            row += " | | | | |"
+            row += " | | | |"
         else:
             entry.update({k: paired[k] for k in ("mean_difference", "wins", "ties", "losses",
                                                  "t", "p")})

@@ -98,6 +98,8 @@ def test_ablations_pretrain_transfer_and_pair_with_the_full_model(tmp_path, caps
     table = (tmp_path / "out" / "ablations.md").read_text()
     for config in ("glomo", "sparse", "uniform"):
         assert f"| {example.label(config)} | 2 |" in table
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert len({line.count("|") for line in rows}) == 1  # every row has the header's columns
 
     # Running again reuses the finished pretraining runs and transfers (same command lines).
     capsys.readouterr()
