@@ -164,26 +164,23 @@ def _finished_transfer(out, argv):
 def table(results, configs):
     """``(summary, markdown)``: mean +- std per configuration and the paired differences with
     ``glomo`` over the seeds both have."""
-    from glomo_tf.transfer import format_t, paired_comparison
+    from glomo_tf.transfer import accuracy_summary, paired_cells, paired_comparison
 
     summary = {}
     lines = ["| configuration | seeds | accuracy (mean ± std) | vs glomo (mean difference) | "
              "wins / ties / losses | paired t | p |", "|---|---:|---:|---:|---:|---:|---:|"]
     for config in configs:
-        values = np.array(list(results[config].values()))
-        entry = {"seeds": len(values), "mean": float(values.mean()),
-                 "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
-        row = f"| {label(config)} | {len(values)} | {100 * entry['mean']:.2f} ± {100 * entry['std']:.2f} |"
+        stats = accuracy_summary(list(results[config].values()))
+        entry = {k: stats[k] for k in ("seeds", "mean", "std")}
+        row = (f"| {label(config)} | {entry['seeds']} | "
+               f"{100 * entry['mean']:.2f} ± {100 * entry['std']:.2f} |")
         paired = None if config == "glomo" else paired_comparison(results[config], results["glomo"])
         if paired is None:
             row += " | | | |"
         else:
             entry.update({k: paired[k] for k in ("mean_difference", "wins", "ties", "losses",
                                                  "t", "p")})
-            p = paired["p"]
-            row += (f" {100 * paired['mean_difference']:+.2f} | {paired['wins']} / "
-                    f"{paired['ties']} / {paired['losses']} | {format_t(paired['t'])} | "
-                    f"{'n/a' if p is None else f'{p:.3f}'} |")
+            row += f" {paired_cells(paired)} |"
         summary[label(config)] = entry
         lines.append(row)
     return summary, "\n".join(lines) + "\n"

@@ -88,25 +88,24 @@ def extract(predictor, tokenizer, sentences, max_length=128, batch_size=128, sta
     one given as ``uniform_statistics`` with the uniform graphs over the same units (the
     reference: every admissible source weighted alike).
     """
+    from glomo_tf import ops
     from glomo_tf.data.vocabulary import check_vocabulary_matches
 
     check_vocabulary_matches(tokenizer.vocabulary, predictor)
+    unk_id = tokenizer.vocabulary.unk_id
     out = []
     for start in range(0, len(sentences), batch_size):
         batch = sentences[start:start + batch_size]
-        ids = tokenizer.encode(batch, max_length=max_length)
+        ids = np.asarray(tokenizer.encode(batch, max_length=max_length))
         per_head = np.asarray(predictor(ids, training=False)["graphs"], np.float32)
         if statistics is not None:
-            statistics.update(per_head, np.asarray(ids), tokenizer.vocabulary.unk_id)
+            statistics.update(per_head, ids, unk_id)
         if uniform_statistics is not None:
-            from glomo_tf import ops
-
-            uniform = np.asarray(ops.uniform_graphs(np.asarray(ids) != 0))  # [B, 2, T, T]
-            uniform_statistics.update(uniform[:, :, None, None], np.asarray(ids),
-                                      tokenizer.vocabulary.unk_id)
+            uniform = np.asarray(ops.uniform_graphs(ids != 0))  # [B, 2, T, T]
+            uniform_statistics.update(uniform[:, :, None, None], ids, unk_id)
         graphs = per_head.mean(axis=3)  # [B, 2, L, T, T]
         tokens = tokenizer.ids_to_tokens(ids).numpy()
-        lengths = (np.asarray(ids) != 0).sum(axis=1)
+        lengths = (ids != 0).sum(axis=1)
         for i, n in enumerate(lengths):
             out.append({"text": batch[i],
                         "tokens": [t.decode("utf-8", "replace") for t in tokens[i, :n]],
@@ -137,6 +136,8 @@ class GraphStatistics:
         self.unknown = 0
 
     def update(self, graphs, token_ids, unk_id=1):
+        from glomo_tf import ops
+
         graphs = np.asarray(graphs, np.float32)
         token_ids = np.asarray(token_ids)
         real = token_ids != 0  # [B, T]
@@ -147,11 +148,11 @@ class GraphStatistics:
         self.unknown += int((real & (token_ids == unk_id)).sum())
         position = np.arange(steps)
         distance = np.abs(position[:, None] - position[None, :]).astype(np.float32)
-        before = np.cumsum(real, axis=1) - real  # real units before t
-        after = real.sum(axis=1, keepdims=True) - np.cumsum(real, axis=1)
+        admissible = np.asarray(ops.admissible_sources(real))[:, :, 0, 0] > 0  # [B, 2, T, T]
+        receives = real[:, None] & admissible.any(axis=-1)  # [B, 2, T]: real, with a source
         unknown_source = (token_ids == unk_id)[:, None, None, :]  # [B, 1, 1, T] (sources)
         for z in range(directions):
-            has_source = real & ((before if z == 0 else after) > 0)  # [B, T]
+            has_source = receives[:, z]  # [B, T]
             for layer in range(layers):
                 g = graphs[:, z, layer]  # [B, K, T, T]
                 total = g.sum(-1)  # [B, K, T]

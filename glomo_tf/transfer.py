@@ -329,18 +329,21 @@ def paired_comparison(own, reference):
             "differences": {str(s): float(x) for s, x in zip(seeds, d)}}
 
 
+def accuracy_summary(accuracies):
+    """Seeds, mean, std (ddof=1; 0 for one seed), min and max of per-seed accuracies."""
+    return {"seeds": len(accuracies), "mean": float(np.mean(accuracies)),
+            "std": float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else 0.0,
+            "min": float(np.min(accuracies)), "max": float(np.max(accuracies))}
+
+
 def summarize(runs, variants, reference="baseline"):
     """Per variant: seeds, mean and std (ddof=1) of the per-seed accuracies; per other variant
     (GLoMo or related model): the paired comparison with ``reference`` over the seeds both have."""
     summary = {"variants": {}, "paired": {}}
     for variant in variants:
         accuracies = list(per_seed_accuracy(runs, variant).values())
-        if not accuracies:
-            continue
-        summary["variants"][variant] = {
-            "seeds": len(accuracies), "mean": float(np.mean(accuracies)),
-            "std": float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else 0.0,
-            "min": float(np.min(accuracies)), "max": float(np.max(accuracies))}
+        if accuracies:
+            summary["variants"][variant] = accuracy_summary(accuracies)
     reference_accuracy = per_seed_accuracy(runs, reference)
     for variant in variants:
         if variant == reference:
@@ -389,11 +392,15 @@ def _paired_table(paired, reference, intro):
     lines = ["", intro, "", f"| variant - {reference} | seeds | mean difference | "
              "wins / ties / losses | paired t | p (two-sided) |", "|---|---:|---:|---:|---:|---:|"]
     for variant, p in paired.items():
-        pvalue = "n/a" if p["p"] is None else f"{p['p']:.3f}"
-        lines.append(f"| {variant} | {p['seeds']} | {100 * p['mean_difference']:+.2f} | "
-                     f"{p['wins']} / {p['ties']} / {p['losses']} | {format_t(p['t'])} | "
-                     f"{pvalue} |")
+        lines.append(f"| {variant} | {p['seeds']} | {paired_cells(p)} |")
     return lines
+
+
+def paired_cells(paired):
+    """``mean difference | wins / ties / losses | t | p`` of a :func:`paired_comparison`."""
+    pvalue = "n/a" if paired["p"] is None else f"{paired['p']:.3f}"
+    return (f"{100 * paired['mean_difference']:+.2f} | {paired['wins']} / {paired['ties']} / "
+            f"{paired['losses']} | {format_t(paired['t'])} | {pvalue}")
 
 
 def _write_results(output_dir, config, runs, variants, split_description):

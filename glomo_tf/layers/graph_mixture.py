@@ -124,23 +124,18 @@ class GraphMixture(keras.layers.Layer):
             raise ValueError("A learned GraphMixture needs graphs [batch, 2, L, K, T, T].")
         graphs = tf.cast(graphs, self.compute_dtype)
         weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
-        if self.propagation == "chained":
-            mixed = self._chained(features, graphs, weights)
-        elif self.propagation == "explicit":
-            mixed = self._explicit(features, graphs, weights)
+        if self.propagation == "auto":
+            # A Python bool when T is known at trace time, a scalar tensor (tf.cond) otherwise.
+            steps = graphs.shape[-1] or features.shape[1] or tf.shape(graphs)[-1]
+            explicit = self.explicit_is_cheaper(steps, features.shape[-1], graphs.shape[2],
+                                                graphs.shape[3])
         else:
-            steps = graphs.shape[-1] if graphs.shape[-1] is not None else features.shape[1]
-            if steps is not None:  # known when traced: decide once
-                explicit = self.explicit_is_cheaper(steps, features.shape[-1], graphs.shape[2],
-                                                    graphs.shape[3])
-                mixed = (self._explicit if explicit else self._chained)(features, graphs,
-                                                                        weights)
-            else:
-                mixed = tf.cond(
-                    self.explicit_is_cheaper(tf.shape(graphs)[-1], features.shape[-1],
-                                             graphs.shape[2], graphs.shape[3]),
-                    lambda: self._explicit(features, graphs, weights),
-                    lambda: self._chained(features, graphs, weights))
+            explicit = self.propagation == "explicit"
+        if isinstance(explicit, bool):
+            mixed = (self._explicit if explicit else self._chained)(features, graphs, weights)
+        else:
+            mixed = tf.cond(explicit, lambda: self._explicit(features, graphs, weights),
+                            lambda: self._chained(features, graphs, weights))
         return mixed * scale[None, None, :, :, None]
 
     def explicit_is_cheaper(self, steps, width, num_layers, num_heads):

@@ -96,7 +96,8 @@ class GlomoPretrainer(keras.Model):
             head_dim=head_dim, conv_layers=conv_layers, kernel_size=kernel_size,
             threshold=threshold, normalization=normalization, coupled=coupled,
             composition=composition, dropout=dropout, initial_threshold=initial_threshold,
-            live_row_weight=live_row_weight, live_row_margin=live_row_margin, dtype=self.dtype_policy, name="graph_predictor")
+            live_row_weight=live_row_weight, live_row_margin=live_row_margin,
+            dtype=self.dtype_policy, name="graph_predictor")
         self.feature_predictor = None if coupled else FeaturePredictor(
             hidden_dim, num_heads, composition=composition, dtype=self.dtype_policy,
             name="feature_predictor")
