@@ -11,7 +11,7 @@ import tensorflow as tf
 FORWARD = 0
 BACKWARD = 1
 DIRECTIONS = ("forward", "backward")
-NORMALIZATIONS = ("squared_relu", "softmax")
+NORMALIZATIONS = ("squared_relu", "softmax", "entmax15")
 
 
 def padding_mask_from_ids(token_ids):
@@ -49,8 +49,10 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
         scores: ``[..., T, T]`` raw affinities ``q_t . k_s - b`` (any float dtype), or ``q_t . k_s``
             when ``threshold`` gives ``b``.
         admissible: float mask broadcastable to ``scores``; 1 where ``s`` may feed ``t``, 0 elsewhere.
-        normalization: ``"squared_relu"`` (the paper: ``relu(x)^2 / sum relu(x')^2``) or
-            ``"softmax"`` (the ``-sparse`` ablation).
+        normalization: ``"squared_relu"`` (the paper: ``relu(x)^2 / sum relu(x')^2``),
+            ``"softmax"`` (the ``-sparse`` ablation) or ``"entmax15"`` (:func:`entmax15`: the
+            same squared-ReLU form with the threshold solved per row, so no row is ever empty;
+            ``threshold``, a per-row shift, changes nothing then).
         epsilon: added to the row sum so rows with no positive admissible score become all zero.
         threshold: optional ``b``, broadcastable to ``scores``, subtracted from them. Passing it
             here (rather than subtracting it first) is faster when it is small, like the
@@ -71,6 +73,8 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
         # the full-size scores see one add, relu, square, sum and divide.
         offset = tf.where(admissible > 0, 0.0 if threshold is None else -threshold, float("-inf"))
         weights = tf.square(tf.nn.relu(scores + offset))
+    elif normalization == "entmax15":
+        return tf.cast(entmax15(scores, admissible), out_dtype)
     elif normalization == "softmax":
         if threshold is not None:
             scores = scores - threshold
@@ -82,6 +86,60 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
             f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
     graphs = weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + epsilon)
     return tf.cast(graphs, out_dtype)
+
+
+def entmax15(scores, admissible):
+    """1.5-entmax over the admissible entries of each row: ``relu(x / 2 - tau)^2``.
+
+    ``tau`` is the row's threshold that makes the weights sum to 1 (Peters, Niculae & Martins,
+    "Sparse Sequence-to-Sequence Models", ACL 2019, Eq. 10 with alpha = 1.5): GLoMo's normalised
+    squared ReLU (Eq. 1) has this form with ``tau`` *learned*; here it is solved, so a row is
+    never empty, its gradient never vanishes, and sources far below the row's best still get
+    exactly zero weight (any score more than 2 below the row maximum).
+
+    The support is found by sorting (without gradient); ``tau`` is then the closed form on that
+    support, ``mean - sqrt((1 - k * var) / k)`` over the ``k`` supported ``x / 2``, differentiated
+    as it stands, which is the exact Jacobian of the solved threshold.
+
+    Args:
+        scores: float32 ``[..., T, S]``.
+        admissible: float mask broadcastable to ``scores``; rows without an admissible entry
+            come out all zero.
+
+    Returns:
+        ``[..., T, S]`` float32 weights; rows sum to 1 (or 0).
+    """
+    admissible = tf.broadcast_to(admissible > 0, tf.shape(scores))
+    half = scores / 2.0
+    row_max = tf.reduce_max(tf.where(admissible, half, float("-inf")), axis=-1, keepdims=True)
+    row_max = tf.where(tf.math.is_finite(row_max), row_max, 0.0)
+    # Entries more than 1 below the row maximum are never supported (the maximum alone already
+    # reaches weight 1 at tau = max - 1): clip them there, and place inadmissible ones below it.
+    z = tf.where(admissible, tf.maximum(half - row_max, -2.0), -3.0)
+    support = tf.stop_gradient(_entmax15_support(z))
+    count = tf.maximum(tf.reduce_sum(support, axis=-1, keepdims=True), 1.0)
+    mean = tf.reduce_sum(z * support, axis=-1, keepdims=True) / count
+    mean_square = tf.reduce_sum(tf.square(z) * support, axis=-1, keepdims=True) / count
+    delta = (1.0 - count * (mean_square - tf.square(mean))) / count
+    tau = mean - tf.sqrt(tf.maximum(delta, 1e-12))
+    weights = tf.square(tf.nn.relu(z - tau))
+    return tf.where(admissible, weights, 0.0)
+
+
+def _entmax15_support(z):
+    """``[..., S]`` float 0/1: the entries of the 1.5-entmax support of each row of ``z``."""
+    ordered = tf.sort(z, axis=-1, direction="DESCENDING")
+    size = tf.shape(z)[-1]
+    k = tf.cast(tf.range(1, size + 1), z.dtype)
+    mean = tf.cumsum(ordered, axis=-1) / k
+    mean_square = tf.cumsum(tf.square(ordered), axis=-1) / k
+    delta = (1.0 - k * (mean_square - tf.square(mean))) / k
+    tau = mean - tf.sqrt(tf.nn.relu(delta))
+    # The support is the largest k whose threshold lies below its k-th largest entry.
+    in_support = tf.cast(tau <= ordered, z.dtype)
+    support_size = tf.reduce_sum(in_support, axis=-1, keepdims=True)
+    kth = tf.reduce_min(tf.where(k <= support_size, ordered, float("inf")), axis=-1, keepdims=True)
+    return tf.cast(z >= kth, z.dtype)
 
 
 def live_rows(graphs, padding_mask):

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 
+from _references import np_entmax15
 from glomo_tf import GraphPredictor
 
 VOCAB, D, L, K, H, T = 30, 8, 2, 2, 4, 7
@@ -33,6 +34,8 @@ def randomize(layer, rng):
         layer.bn_var[i].assign(rng.uniform(0.5, 2.0, shape).astype("float32"))
     layer.query_bias.assign(rng.normal(0, 0.3, layer.query_bias.shape).astype("float32"))
     layer.key_bias.assign(rng.normal(0, 0.3, layer.key_bias.shape).astype("float32"))
+    if layer.normalization == "entmax15":
+        return  # no threshold weights: entmax solves each row's threshold
     layer.threshold_bias.assign(rng.normal(0, 0.3, layer.threshold_bias.shape).astype("float32"))
     if layer.threshold == "query":
         layer.threshold_kernel.assign(
@@ -98,6 +101,8 @@ def np_causal_graphs(queries, keys, mask, wq, bq, wk, bk, thr_kernel, thr_bias, 
                         best[b, layer, head, t] = score[ok].max()
                     if normalization == "squared_relu":
                         w = np.where(ok, np.maximum(score, 0.0) ** 2, 0.0)
+                    elif normalization == "entmax15":  # the threshold is solved, not learned
+                        w = np_entmax15(np.where(ok, kk @ q[t], -np.inf))
                     else:
                         w = np.where(ok, np.exp(score - score[ok].max()), 0.0)
                     if w.sum() > 0:
@@ -115,8 +120,9 @@ def np_predictor(layer, ids, training=False, best=None):
           for ws in zip(layer.bn_gamma, layer.bn_beta, layer.bn_mean, layer.bn_var)]
     wq, bq = layer.query_kernel.numpy(), layer.query_bias.numpy()[0, :, :, :, 0]
     wk, bk = layer.key_kernel.numpy(), layer.key_bias.numpy()[0, :, :, :, 0]
-    thr_kernel = layer.threshold_kernel.numpy() if layer.threshold == "query" else None
-    thr_bias = layer.threshold_bias.numpy()
+    learned = layer.normalization != "entmax15"
+    thr_kernel = layer.threshold_kernel.numpy() if learned and layer.threshold == "query" else None
+    thr_bias = layer.threshold_bias.numpy() if learned else np.zeros((2, L))
     graphs = []
     for z, (key_stack, query_stack) in enumerate([(0, 1), (2, 3)]):
         seq = ids if z == 0 else ids[:, ::-1]  # backward: reverse the sequence (and the mask)
@@ -144,6 +150,7 @@ def np_predictor(layer, ids, training=False, best=None):
     ("scalar", "squared_relu", 1),
     ("query", "softmax", 2),
     ("scalar", "softmax", 0),
+    ("query", "entmax15", 2),
 ])
 def test_eq1_matches_numpy_reference(threshold, normalization, conv_layers, rng):
     layer = built_predictor(rng, threshold=threshold, normalization=normalization,
@@ -189,7 +196,7 @@ def test_eq1_matches_numpy_reference_in_training_mode(rng):
 
 
 # ---------------------------------------------------------------------------- structure
-@pytest.mark.parametrize("normalization", ["squared_relu", "softmax"])
+@pytest.mark.parametrize("normalization", ["squared_relu", "softmax", "entmax15"])
 @pytest.mark.parametrize("coupled", [False, True])
 def test_graph_structure(normalization, coupled, rng):
     layer = built_predictor(rng, normalization=normalization, coupled=coupled)
@@ -207,8 +214,8 @@ def test_graph_structure(normalization, coupled, rng):
         assert np.all(g[b][..., pad[b]] == 0.0)
     # The first forward row and last backward row have no admissible source.
     assert np.all(g[:, 0, ..., 0, :] == 0.0) and np.all(g[:, 1, ..., -1, :] == 0.0)
-    if normalization == "softmax":
-        # Softmax rows with any admissible source always sum to one.
+    if normalization in ("softmax", "entmax15"):
+        # Rows with any admissible source always sum to one.
         np.testing.assert_allclose(g[0, 0, ..., 1:, :].sum(-1), 1.0, atol=1e-5)
 
 
@@ -426,6 +433,29 @@ def test_no_live_row_loss_at_inference_or_with_zero_weight(rng):
     assert off.losses == [] and off.get_config()["live_row_weight"] == 0.0
     with pytest.raises(ValueError, match="live_row_weight and live_row_margin must be >= 0"):
         make_predictor(live_row_weight=-1.0)
+
+
+@pytest.mark.parametrize("coupled", [False, True])
+def test_entmax15_predictor_solves_thresholds_and_compiles(coupled, rng):
+    """No threshold weights and no live-row hinge (rows never die); XLA gives the eager graphs."""
+    import tensorflow as tf
+
+    layer = built_predictor(rng, normalization="entmax15", coupled=coupled, live_row_weight=1.0)
+    names = [w.name for w in layer.weights]
+    assert not [n for n in names if "threshold" in n], names
+    graphs = layer(IDS, training=True)["graphs"].numpy()
+    assert layer.losses == []
+    sums = graphs.sum(-1)
+    has_source = np.isclose(sums, 1.0, atol=1e-5)
+    assert np.all(has_source | (sums == 0.0)) and has_source.sum() > 20
+    assert (graphs == 0.0).sum() > graphs.size // 2  # sparse, beyond the masks
+    compiled = tf.function(lambda ids: layer(ids)["graphs"], jit_compile=True)
+    np.testing.assert_allclose(compiled(IDS).numpy(), layer(IDS)["graphs"].numpy(), atol=1e-5)
+    clone = GraphPredictor.from_config(layer.get_config())
+    clone(IDS)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(clone(IDS)["graphs"].numpy(), layer(IDS)["graphs"].numpy(),
+                               atol=1e-7)
 
 
 def test_live_row_loss_revives_graphs_that_a_high_threshold_killed(rng):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _references import np_entmax15
 from glomo_tf import ops
 
 
@@ -29,6 +30,8 @@ def np_normalize(scores, admissible, normalization):
             continue
         if normalization == "squared_relu":
             w = np.where(ok, np.maximum(row, 0.0) ** 2, 0.0)
+        elif normalization == "entmax15":
+            w = np.where(ok, np_entmax15(np.where(ok, row, -np.inf)), 0.0)
         else:
             m = row[ok].max()
             w = np.where(ok, np.exp(row - m), 0.0)
@@ -76,7 +79,7 @@ def test_admissible_sources_explicit_length():
 
 
 # ---------------------------------------------------------------------------- Eq. 1
-@pytest.mark.parametrize("normalization", ["squared_relu", "softmax"])
+@pytest.mark.parametrize("normalization", ["squared_relu", "softmax", "entmax15"])
 def test_normalize_scores_matches_numpy(normalization, rng):
     T = 6
     scores = rng.normal(size=(2, 2, 3, T, T)).astype(np.float32)
@@ -90,7 +93,7 @@ def test_normalize_scores_matches_numpy(normalization, rng):
     assert (expected.sum(-1) > 0.5).sum() > 10
 
 
-@pytest.mark.parametrize("normalization", ["squared_relu", "softmax"])
+@pytest.mark.parametrize("normalization", ["squared_relu", "softmax", "entmax15"])
 def test_rows_without_admissible_source_are_zero(normalization):
     scores = tf.constant([[5.0, 2.0, 1.0], [3.0, -1.0, 4.0], [1.0, 1.0, 1.0]])
     admissible = tf.constant([[0.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
@@ -100,6 +103,8 @@ def test_rows_without_admissible_source_are_zero(normalization):
     assert np.all(np.isfinite(got))
     if normalization == "squared_relu":
         np.testing.assert_allclose(got[1], [1.0, 0.0, 0.0], atol=1e-7)  # relu(-1) = 0
+    elif normalization == "entmax15":  # 3 - (-1) = 4 > 2: the lower score is out of the support
+        np.testing.assert_allclose(got[1], [1.0, 0.0, 0.0], atol=1e-7)
     else:
         np.testing.assert_allclose(got[1], [np.exp(4) / (np.exp(4) + 1), 1 / (np.exp(4) + 1), 0],
                                    rtol=1e-6)
@@ -111,6 +116,44 @@ def test_squared_relu_row_with_no_positive_score_is_zero_and_sparse():
     got = ops.normalize_scores(scores, admissible, "squared_relu").numpy()
     np.testing.assert_array_equal(got[0], 0.0)  # only the inadmissible source is positive
     np.testing.assert_allclose(got[1], [4 / 5, 0, 1 / 5, 0], rtol=1e-6)  # analytic: 2^2, 1^2
+
+
+def test_entmax15_keeps_rows_alive_and_sparse_where_squared_relu_dies():
+    # Every score below the learned threshold: Eq. 1 gives an empty row, entmax solves tau instead.
+    scores = tf.constant([[-5.0, -5.5, -9.0, -4.0]])
+    admissible = tf.constant([[1.0, 1.0, 1.0, 0.0]])
+    assert ops.normalize_scores(scores, admissible, "squared_relu").numpy().sum() == 0.0
+    got = ops.normalize_scores(scores, admissible, "entmax15").numpy()[0]
+    np.testing.assert_allclose(got.sum(), 1.0, rtol=1e-6)
+    assert got[2] == 0.0 and got[3] == 0.0  # 4 below the best: outside the support; inadmissible
+    # Analytic two-entry support: (a - tau)^2 + (b - tau)^2 = 1 with a = -2.5, b = -2.75.
+    a, b = -2.5, -2.75
+    tau = ((a + b) - np.sqrt(2 - (a - b) ** 2)) / 2
+    np.testing.assert_allclose(got[:2], [(a - tau) ** 2, (b - tau) ** 2], rtol=1e-5)
+    # Shift invariance: a per-row threshold changes nothing.
+    shifted = ops.normalize_scores(scores, admissible, "entmax15", threshold=tf.constant([[3.0]]))
+    np.testing.assert_allclose(shifted.numpy()[0], got, atol=1e-7)
+
+
+def test_entmax15_gradient_is_the_solved_thresholds_jacobian(rng):
+    """d p / d x of 1.5-entmax: with s = sqrt(p), grad_x = s * g - s * (s . g) / sum(s)."""
+    scores = rng.normal(scale=2.0, size=(4, 7)).astype(np.float32)
+    admissible = np.ones((4, 7), np.float32)
+    admissible[1, 5:] = 0.0
+    upstream = rng.normal(size=(4, 7)).astype(np.float32)
+    x = tf.constant(scores)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        p = ops.normalize_scores(x, tf.constant(admissible), "entmax15")
+        loss = tf.reduce_sum(p * upstream)
+    got = tape.gradient(loss, x).numpy()
+    expected = np.zeros_like(scores, np.float64)
+    for i in range(4):
+        ok = admissible[i] > 0
+        s = np.sqrt(np_entmax15(np.where(ok, scores[i], -np.inf)))
+        expected[i] = s * upstream[i] - s * (s @ upstream[i]) / s.sum()
+    np.testing.assert_allclose(got, expected, atol=2e-5)
+    assert np.abs(expected).max() > 0.05  # not vacuous
 
 
 def test_softmax_is_stable_for_large_scores():
