@@ -41,12 +41,17 @@ def np_feature_predictor(layer, features, graphs, padding_mask=None):
         for z in range(2):
             F = features[b, z]
             for layer_index in range(graphs.shape[2]):
+                values = F @ weights["value_kernel"][z] if layer.composition == "projected" else F
                 m = np.zeros_like(F)
                 for k in range(K):
                     cols = slice(k * C, (k + 1) * C)
-                    m[:, cols] = graphs[b, z, layer_index, k].astype(np.float64) @ F[:, cols]
+                    m[:, cols] = graphs[b, z, layer_index, k].astype(np.float64) @ values[:, cols]
                 x = np.concatenate([m * F, m], axis=-1)
-                if layer.composition == "gru":
+                if layer.composition == "projected":  # LayerNorm(F + W_o m + b)
+                    y = F + m @ weights["output_kernel"][z] + weights["bias"][0, z, 0]
+                    y = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-5)
+                    F = y * weights["gamma"] + weights["beta"]
+                elif layer.composition == "gru":
                     gx = x @ weights["input_kernel"][z] + weights["input_bias"][0, z, 0]
                     gh = F @ weights["recurrent_kernel"][z] + weights["recurrent_bias"][0, z, 0]
                     r = sigmoid(gx[:, :D] + gh[:, :D])
@@ -61,7 +66,7 @@ def np_feature_predictor(layer, features, graphs, padding_mask=None):
     return out
 
 
-@pytest.mark.parametrize("composition", ["gru", "residual"])
+@pytest.mark.parametrize("composition", ["gru", "residual", "projected"])
 @pytest.mark.parametrize("per_direction", [False, True])
 def test_composition_matches_numpy(composition, per_direction, rng):
     layer = FeaturePredictor(D, K, composition=composition)
@@ -78,7 +83,7 @@ def test_composition_matches_numpy(composition, per_direction, rng):
     assert np.abs(expected[:, 0] - expected[:, 1]).max() > 1e-2
 
 
-@pytest.mark.parametrize("composition", ["gru", "residual"])
+@pytest.mark.parametrize("composition", ["gru", "residual", "projected"])
 def test_padding_mask_zeroes_padded_positions(composition, rng):
     layer = FeaturePredictor(D, K, composition=composition)
     features = rng.normal(size=(B, T, D)).astype("float32")
@@ -118,7 +123,7 @@ def test_heads_propagate_along_their_own_graph(rng):
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("composition", ["gru", "residual"])
+@pytest.mark.parametrize("composition", ["gru", "residual", "projected"])
 @pytest.mark.parametrize("position", [2, 4])
 def test_causality_through_features(composition, position, rng):
     """Forward features at t < t' (backward at t > t') never see unit t'."""
@@ -145,7 +150,7 @@ def test_causality_through_features(composition, position, rng):
 
 
 # ---------------------------------------------------------------------------- serialization
-@pytest.mark.parametrize("composition", ["gru", "residual"])
+@pytest.mark.parametrize("composition", ["gru", "residual", "projected"])
 def test_config_round_trip(composition, rng):
     layer = FeaturePredictor(D, K, composition=composition, name="fp")
     features = rng.normal(size=(B, T, D)).astype("float32")

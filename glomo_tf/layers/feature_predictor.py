@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-COMPOSITIONS = ("gru", "residual")
+COMPOSITIONS = ("gru", "residual", "projected")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -16,7 +16,11 @@ class FeaturePredictor(keras.layers.Layer):
     shared by all layers:
 
     * ``"gru"``: a GRU cell with input ``[m * F_t ; m]`` and state ``F_t`` (reference code's best);
-    * ``"residual"``: ``F_t + W [m * F_t ; m] + b``, a linear layer with a residual connection.
+    * ``"residual"``: ``F_t + W [m * F_t ; m] + b``, a linear layer with a residual connection;
+    * ``"projected"``: ``LayerNorm(F_t + W_o m_t)`` with ``m_t`` propagated from *projected*
+      values ``W_v F_s`` (each head reads all of ``F_s``, not its slice), as in a Transformer
+      layer. Not in the paper: an option measured against ``"gru"`` on the planted corpus
+      (``examples/planted_diagnostics.py``).
 
     Each direction's features depend only on that direction's admissible sources, so a forward
     feature at ``t`` never sees units at or after ``t`` beyond itself.
@@ -72,9 +76,18 @@ class FeaturePredictor(keras.layers.Layer):
                                               initializer="zeros")
             self.recurrent_bias = self.add_weight(name="recurrent_bias", shape=(1, 2, 1, 3 * d),
                                                   initializer="zeros")
-        else:
+        elif self.composition == "residual":
             self.kernel = self.add_weight(name="kernel", shape=(2, 2 * d, d), initializer=init)
             self.bias = self.add_weight(name="bias", shape=(1, 2, 1, d), initializer="zeros")
+        else:
+            self.value_kernel = self.add_weight(name="value_kernel", shape=(2, d, d),
+                                                initializer=init)
+            self.output_kernel = self.add_weight(name="output_kernel", shape=(2, d, d),
+                                                 initializer=init)
+            self.bias = self.add_weight(name="bias", shape=(1, 2, 1, d), initializer="zeros")
+            self.norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy,
+                                                        name="norm")
+            self.norm.build((None, 2, None, d))
         self.built = True
 
     def call(self, features, graphs, padding_mask=None):
@@ -97,9 +110,15 @@ class FeaturePredictor(keras.layers.Layer):
     def compose(self, features, graph):
         """One layer of Eq. 2: ``features [B, 2, T, d]``, ``graph [B, 2, K, T, T]`` -> ``[B, 2, T, d]``."""
         shape = tf.shape(features)
-        heads = tf.reshape(features, [shape[0], 2, shape[2], self.num_heads,
-                                      self.hidden_dim // self.num_heads])
+        values = features
+        if self.composition == "projected":
+            values = tf.einsum("bzsd,zde->bzse", features, self._w(self.value_kernel))
+        heads = tf.reshape(values, [shape[0], 2, shape[2], self.num_heads,
+                                    self.hidden_dim // self.num_heads])
         message = tf.reshape(tf.einsum("bzkts,bzskc->bztkc", graph, heads), shape)
+        if self.composition == "projected":
+            update = tf.einsum("bztd,zde->bzte", message, self._w(self.output_kernel))
+            return self.norm(features + update + self._w(self.bias))
         cell_input = tf.concat([message * features, message], axis=-1)  # [m * F ; m]
         if self.composition == "residual":
             return features + tf.einsum("bzti,zio->bzto", cell_input, self._w(self.kernel)) + \
