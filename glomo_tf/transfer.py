@@ -40,8 +40,10 @@ import numpy as np
 
 from glomo_tf.cli import UsageError, add_pretrained_arguments, pretrained_paths
 
-DATASETS = ("mr", "subj", "file", "imdb", "sst2")
-TFDS_NAMES = {"imdb": "imdb_reviews", "sst2": "glue/sst2"}
+DATASETS = ("mr", "subj", "sst2", "sst5", "file", "imdb", "sst2_tfds")
+TFDS_NAMES = {"imdb": "imdb_reviews", "sst2_tfds": "glue/sst2"}
+# Datasets read from files with an official split: train for training, dev for validation.
+SST_DATASETS = {"sst2": False, "sst5": True}  # name -> fine_grained
 VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "cn3", "shared_private")
 # Run when --variants is not given: the GLoMo comparison (the related models only on request).
 DEFAULT_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
@@ -57,9 +59,11 @@ def register(subparsers):
     add_pretrained_arguments(parser)
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", required=True, metavar="|".join(DATASETS),
-                      help="mr, subj (Pang & Lee), file (your own, --file), imdb, sst2 (tfds)")
-    data.add_argument("--data-dir", help="mr/subj: the folder holding the files (default: the "
-                                         "project's ../shared/data); imdb/sst2: tfds data_dir")
+                      help="mr, subj (Pang & Lee), sst2, sst5 (SST sentences, official "
+                           "train/dev/test), file (your own, --file), imdb, sst2_tfds (tfds)")
+    data.add_argument("--data-dir", help="mr/subj/sst2/sst5: the folder holding the files "
+                                         "(default: the project's ../shared/data); "
+                                         "imdb/sst2_tfds: tfds data_dir")
     data.add_argument("--file", help="--dataset file: a .tsv/.csv file with a header, or a "
                                      "directory with one .txt file or sub-directory per class")
     data.add_argument("--text-column", default="text", help="text column of --file (default text)")
@@ -110,7 +114,7 @@ def _check_arguments(args):
         raise UsageError("--dataset file needs --file PATH (a .tsv/.csv file or a directory).")
     if args.file and args.dataset != "file":
         raise UsageError("--file is read with --dataset file only.")
-    if args.split == "kfold" and args.dataset in TFDS_NAMES:
+    if args.split == "kfold" and (args.dataset in TFDS_NAMES or args.dataset in SST_DATASETS):
         raise UsageError(f"--dataset {args.dataset} has an official test set; use --split seeded.")
     if args.split == "kfold" and args.folds < 2:
         raise UsageError("--folds must be >= 2.")
@@ -136,11 +140,18 @@ def _pretrained_paths(args):
 
 
 def load_task(args):
-    """``(texts, labels, class_names, official_test)``: ``official_test`` is None or the test
-    split's ``(texts, labels)`` for tfds datasets."""
+    """``(texts, labels, class_names, official)``: ``official`` is None, or for datasets with an
+    official split a dict with the test split's ``(texts, labels)`` under ``"test"`` and the
+    validation split's under ``"validation"`` (None: carved from the training texts)."""
     from glomo_tf.data import labeled
 
     try:
+        if args.dataset in SST_DATASETS:
+            fine = SST_DATASETS[args.dataset]
+            texts, labels, class_names = labeled.load_sst("train", fine, args.data_dir)
+            dev = labeled.load_sst("dev", fine, args.data_dir)[:2]
+            test = labeled.load_sst("test", fine, args.data_dir)[:2]
+            return texts, labels, class_names, {"test": test, "validation": dev}
         if args.dataset == "mr":
             return (*labeled.load_mr(args.data_dir), None)
         if args.dataset == "subj":
@@ -154,7 +165,7 @@ def load_task(args):
                                                             data_dir=args.data_dir)
         test_texts, test_labels, _ = labeled.load_tfds_text(name, test_split,
                                                             data_dir=args.data_dir)
-        return texts, labels, class_names, (test_texts, test_labels)
+        return texts, labels, class_names, {"test": (test_texts, test_labels), "validation": None}
     except (FileNotFoundError, ValueError, ImportError) as error:
         raise UsageError(str(error).replace("\n", " ")) from None
 
@@ -417,7 +428,7 @@ def _write_results(output_dir, config, runs, variants, split_description):
 def run(args):
     _check_arguments(args)
     model_path, tokenizer_path = _pretrained_paths(args)
-    texts, labels, class_names, official_test = load_task(args)
+    texts, labels, class_names, official = load_task(args)
     if len(class_names) < 2 or len(np.unique(labels)) < 2:
         raise UsageError(f"The {args.dataset} data holds a single class: a classifier needs two.")
     try:
@@ -440,7 +451,9 @@ def run(args):
         except (ValueError, FileNotFoundError) as error:
             raise UsageError(str(error).replace("\n", " ")) from None
     fixed_ids = encode(tokenizer, texts, args.max_length) if tokenizer else None
-    if official_test is not None:
+    if official is not None and official["validation"] is not None:
+        split_description = "official train/dev/test split"
+    elif official is not None:
         split_description = "official test split, 10% of training for validation"
     elif args.split == "kfold":
         split_description = f"{args.folds}-fold cross-validation, mean over folds per seed"
@@ -452,7 +465,9 @@ def run(args):
     config["class_names"] = class_names
     runs = []
     for seed in args.seeds:
-        if official_test is not None:
+        if official is not None and official["validation"] is not None:
+            seed_splits = [(None, np.arange(len(texts)), None, None)]
+        elif official is not None:
             keep, validation = seeded_split_indices(len(texts), seed)
             seed_splits = [(None, keep, validation, None)]
         else:
@@ -467,11 +482,11 @@ def run(args):
                 vocabulary_size = split_tokenizer.vocabulary_size
             else:
                 ids, vocabulary_size = fixed_ids, tokenizer.vocabulary_size
-            if test is None:
-                test_ids = encode(tokenizer or split_tokenizer, official_test[0], args.max_length)
-                test_data = (test_ids, official_test[1])
-            else:
-                test_data = (ids[test], labels[test])
+            test_data = (official_split(official["test"], tokenizer or split_tokenizer, args)
+                         if test is None else (ids[test], labels[test]))
+            validation_data = (
+                official_split(official["validation"], tokenizer or split_tokenizer, args)
+                if validation is None else (ids[validation], labels[validation]))
             for variant in args.variants:
                 where = f"seed {seed}" + ("" if fold is None else f", fold {fold + 1}/{args.folds}")
                 print(f"\n== {args.dataset} | {variant} | {where}")
@@ -483,15 +498,15 @@ def run(args):
                     num_mixtures=args.num_mixtures, transfer_dropout=args.transfer_dropout)
                 start = time.perf_counter()
                 accuracy, epochs_run = train_and_evaluate(
-                    model, (ids[train], labels[train]), (ids[validation], labels[validation]),
-                    test_data, args, seed=seed)
+                    model, (ids[train], labels[train]), validation_data, test_data, args,
+                    seed=seed)
                 seconds = time.perf_counter() - start
                 print(f"   test accuracy {100 * accuracy:.2f} after {epochs_run} epoch(s), "
                       f"{seconds:.1f}s")
                 runs.append({"dataset": args.dataset, "variant": variant, "seed": seed,
                              "fold": fold, "accuracy": accuracy, "epochs_run": epochs_run,
                              "seconds": round(seconds, 3), "train_examples": int(len(train)),
-                             "validation_examples": int(len(validation)),
+                             "validation_examples": int(len(validation_data[1])),
                              "test_examples": int(len(test_data[1]))})
                 markdown = _write_results(args.output_dir, config, runs, args.variants,
                                           split_description)
@@ -499,6 +514,12 @@ def run(args):
     print("\n" + markdown)
     print(f"Wrote {os.path.join(args.output_dir, 'results.json')} and results.md")
     return 0
+
+
+def official_split(split, tokenizer, args):
+    """``(ids, labels)`` of an official ``(texts, labels)`` split, encoded like the training texts."""
+    texts, labels = split
+    return encode(tokenizer, texts, args.max_length), labels
 
 
 def seeded_split_indices(num_examples, seed):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from glomo_tf.data import labeled
-from glomo_tf.data import (kfold_splits, load_labeled_text, load_mr, load_subj, load_tfds_text,
-                           seeded_split, shared_data_dir)
+from glomo_tf.data import (kfold_splits, load_labeled_text, load_mr, load_sst, load_subj,
+                           load_tfds_text, seeded_split, shared_data_dir)
 
 SHARED = os.path.normpath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "shared",
                                        "data"))
@@ -29,6 +29,33 @@ def test_mr_from_the_shared_folder_counts_and_balance():
     with open(os.path.join(SHARED, "mr", "rt-polarity.pos"), "rb") as handle:
         first = handle.readline().decode("utf-8", "replace").strip()
     assert texts[int(np.argmax(labels == 1))] == first
+
+
+@needs_shared
+@pytest.mark.parametrize("fine, counts, classes", [
+    (False, {"train": 6920, "dev": 872, "test": 1821}, 2),
+    (True, {"train": 8544, "dev": 1101, "test": 2210}, 5),
+])
+def test_sst_from_the_shared_folder_official_splits(fine, counts, classes):
+    kind = "fine" if fine else "binary"
+    for split, count in counts.items():
+        texts, labels, class_names = load_sst(split, fine_grained=fine)
+        assert len(texts) == len(labels) == count
+        assert len(class_names) == classes and set(labels.tolist()) == set(range(classes))
+        # The first line of the file, label and sentence split at the first space.
+        with open(os.path.join(SHARED, "sst", f"stsa.{kind}.{split}"), encoding="utf-8") as handle:
+            label, sentence = handle.readline().strip().split(" ", 1)
+        assert (labels[0], texts[0]) == (int(label), sentence)
+
+
+def test_sst_errors_name_the_file_and_the_line(tmp_path):
+    (tmp_path / "stsa.binary.train").write_text("1 a fine film\n7 out of range\n")
+    with pytest.raises(ValueError, match=r"stsa.binary.train:2 is not 'LABEL sentence'"):
+        load_sst("train", data_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="stsa.binary.dev not found"):
+        load_sst("dev", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="split must be one of"):
+        load_sst("validation", data_dir=tmp_path)
 
 
 @needs_shared
@@ -178,16 +205,42 @@ def test_seeded_split_is_deterministic_and_disjoint():
         seeded_split(1)
 
 
+def test_glomo_transfer_sst2_uses_the_official_train_dev_test_files(tmp_path):
+    """``--dataset sst2``: every training sentence trains, dev validates, test tests."""
+    import json
+
+    from glomo_tf import cli
+
+    sst = tmp_path / "sst"
+    sst.mkdir()
+    rng = np.random.default_rng(0)
+    words = {0: ["dull", "flat", "boring"], 1: ["great", "warm", "funny"]}
+    for split, n in (("train", 24), ("dev", 6), ("test", 8)):
+        labels = np.arange(n) % 2
+        lines = [f"{y} the film is {' '.join(rng.choice(words[y], 3))}" for y in labels]
+        (sst / f"stsa.binary.{split}").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert cli.main(["transfer", "--dataset", "sst2", "--data-dir", str(sst), "--variants",
+                     "baseline", "--seeds", "0", "--epochs", "1", "--batch-size", "8",
+                     "--embedding-dim", "4", "--rnn-units", "2", "--attention-heads", "1",
+                     "--verbose", "0", "--output-dir", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    run, = results["runs"]
+    assert (run["train_examples"], run["validation_examples"], run["test_examples"]) == (24, 6, 8)
+    assert results["config"]["class_names"] == ["negative", "positive"]
+    assert "official train/dev/test split" in (out / "results.md").read_text()
+
+
 @pytest.mark.slow
 def test_glomo_transfer_trains_on_tfds_with_its_official_test_split(tmp_path):
-    """``--dataset sst2``: GLUE train for training/validation, GLUE validation as the test set."""
+    """``--dataset sst2_tfds``: GLUE train for training/validation, GLUE validation as the test set."""
     import json
 
     from glomo_tf import cli
 
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=20):
-        assert cli.main(["transfer", "--dataset", "sst2", "--variants", "baseline", "--seeds",
+        assert cli.main(["transfer", "--dataset", "sst2_tfds", "--variants", "baseline", "--seeds",
                          "0", "--epochs", "1", "--batch-size", "9", "--embedding-dim", "4",
                          "--rnn-units", "2", "--attention-heads", "1", "--verbose", "0",
                          "--output-dir", str(tmp_path)]) == 0

@@ -131,6 +131,7 @@ def test_paired_comparison_numbers():
     (["--dataset", "mr", "--model", "/x.keras"], "--model and --tokenizer go together"),
     (["--dataset", "mr", "--split", "kfold", "--folds", "1"], "--folds must be >= 2"),
     (["--dataset", "mr", "--transfer-dropout", "1.0"], "--transfer-dropout must be in [0, 1)"),
+    (["--dataset", "sst2_tfds", "--variants", "baseline", "--split", "kfold"], "official test set"),
     (["--dataset", "sst2", "--variants", "baseline", "--split", "kfold"], "official test set"),
 ])
 def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys, argv, fragment):

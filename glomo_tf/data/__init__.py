@@ -10,4 +10,5 @@ from glomo_tf.data.corpus import (check_vocabulary_matches, count_undecodable,  
                                   pretraining_datasets, text_lines, tfds_lines, windows)
 from glomo_tf.data.vocabulary import Tokenizer, Vocabulary  # noqa: E402,F401
 from glomo_tf.data.labeled import (kfold_splits, load_labeled_text, load_mr,  # noqa: E402,F401
-                                   load_subj, load_tfds_text, seeded_split, shared_data_dir)
+                                   load_sst, load_subj, load_tfds_text, seeded_split,
+                                   shared_data_dir)

@@ -8,6 +8,8 @@ indices into ``class_names`` (a list of str). Splits are index arrays (:func:`se
   (Pang & Lee, 2004) datasets, one sentence per line. By default they are read from the project's
   shared data folder (``<repository root>/../shared/data``, see :func:`shared_data_dir`); pass
   ``data_dir`` (``glomo transfer --data-dir``) for a copy elsewhere.
+* :func:`load_sst`: the Stanford Sentiment Treebank's sentences (SST-2 binary, SST-5 fine-grained)
+  with their official train/dev/test splits, read from the same shared folder (``sst/``).
 * :func:`load_labeled_text`: your own data, as a TSV/CSV file with a header row, a directory with one
   ``.txt`` file per class (one example per line) or a directory with one sub-directory per class
   (one example per file).
@@ -31,11 +33,15 @@ import os
 import numpy as np
 
 __all__ = ["MR_FILES", "SUBJ_FILES", "TFDS_TEXT_DATASETS", "kfold_splits", "load_labeled_text",
-           "load_mr", "load_subj", "load_tfds_text", "seeded_split", "shared_data_dir"]
+           "load_mr", "load_sst", "load_subj", "load_tfds_text", "seeded_split", "shared_data_dir"]
 
 # class name -> file, in class-index order.
 MR_FILES = (("negative", "rt-polarity.neg"), ("positive", "rt-polarity.pos"))
 SUBJ_FILES = (("objective", "subj.objective"), ("subjective", "subj.subjective"))
+# SST sentence files: one ``LABEL sentence`` a line; the class names in label order.
+SST_SPLITS = ("train", "dev", "test")
+SST_CLASSES = {"binary": ("negative", "positive"),
+               "fine": ("very negative", "negative", "neutral", "positive", "very positive")}
 # tensorflow-datasets name -> (text feature, label feature, train split, test split).
 TFDS_TEXT_DATASETS = {
     "imdb_reviews": ("text", "label", "train", "test"),
@@ -110,6 +116,37 @@ def load_subj(data_dir=None):
             ``shared_data_dir()/subj``.
     """
     return _load_line_files(_dataset_dir(data_dir, "subj"), SUBJ_FILES, "SUBJ")
+
+
+def load_sst(split="train", fine_grained=False, data_dir=None):
+    """Stanford Sentiment Treebank sentences: SST-2 (6,920 / 872 / 1,821) or SST-5 (8,544 /
+    1,101 / 2,210), with the official train/dev/test split.
+
+    Args:
+        split: ``"train"``, ``"dev"`` or ``"test"``.
+        fine_grained: False for SST-2 (``stsa.binary.*``, labels 0-1), True for SST-5
+            (``stsa.fine.*``, labels 0-4).
+        data_dir: the folder holding the ``stsa.*`` files; default ``shared_data_dir()/sst``.
+    """
+    if split not in SST_SPLITS:
+        raise ValueError(f"split must be one of {SST_SPLITS}, got {split!r}.")
+    kind = "fine" if fine_grained else "binary"
+    name = f"stsa.{kind}.{split}"
+    path = os.path.join(_dataset_dir(data_dir, "sst"), name)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"SST: {name} not found in {os.path.dirname(path)!r}. Pass the folder holding the "
+            "stsa.* files (data_dir=... / --data-dir DIR).")
+    classes = SST_CLASSES[kind]
+    texts, labels = [], []
+    for number, line in enumerate(_read_lines(path), start=1):
+        label, _, text = line.partition(" ")
+        if not label.isdigit() or int(label) >= len(classes) or not text.strip():
+            raise ValueError(f"SST: {path}:{number} is not 'LABEL sentence' with a label in "
+                             f"0..{len(classes) - 1}: {line[:60]!r}.")
+        texts.append(text.strip())
+        labels.append(int(label))
+    return texts, np.asarray(labels, np.int64), list(classes)
 
 
 # ---------------------------------------------------------------------------------- your own data
