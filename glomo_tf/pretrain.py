@@ -63,10 +63,14 @@ def register(subparsers):
     model.add_argument("--conv-layers", type=int, default=4)
     model.add_argument("--kernel-size", type=int, default=3)
     model.add_argument("--threshold", choices=("query", "scalar"), default="query")
-    model.add_argument("--normalization", choices=("squared_relu", "softmax"),
-                       default="squared_relu")
+    model.add_argument("--normalization", choices=("squared_relu", "softmax", "entmax15"),
+                       default="squared_relu",
+                       help="graph normalisation: squared_relu (Eq. 1, learned threshold), "
+                            "entmax15 (the same form, threshold solved per row) or softmax")
     model.add_argument("--coupled", action="store_true", help="the -decouple ablation")
-    model.add_argument("--composition", choices=("gru", "residual"), default="gru")
+    model.add_argument("--composition", choices=("gru", "residual", "projected"), default="gru",
+                       help="feature composition: gru (the reference code's), residual, or "
+                            "projected (value projection, residual and LayerNorm)")
     model.add_argument("--context-length", type=int, default=3, help="D, units decoded")
     model.add_argument("--decoder-layers", type=int, default=2)
     model.add_argument("--positions", dest="num_positions", default="20",

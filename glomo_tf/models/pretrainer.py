@@ -44,7 +44,8 @@ class GlomoPretrainer(keras.Model):
         hidden_dim: int, width ``d`` of embeddings, features and decoder states.
         num_layers, num_heads, head_dim, conv_layers, kernel_size, threshold, normalization,
             coupled, dropout, initial_threshold: passed to :class:`GraphPredictor`.
-        composition: ``"gru"`` or ``"residual"``, the feature predictor's composition ``v``.
+        composition: ``"gru"`` (reference code), ``"residual"`` or ``"projected"``, the feature
+            predictor's composition ``v`` (see :class:`FeaturePredictor`).
         context_length: int, ``D`` units predicted per position (1 = ``-sequence`` ablation).
         decoder_layers: int, GRU layers of each decoder.
         num_positions: int or None, positions sampled per window and step (shared across the batch,
