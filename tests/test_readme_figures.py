@@ -1,0 +1,137 @@
+"""The README's figures about learned structure come from recorded outputs.
+
+The demo table and the diagnostics table of the README are rebuilt here from
+``examples/outputs/demo.json`` (``glomo demo``'s ``metrics.json``) and
+``examples/outputs/diagnostics/*.json`` (``examples/planted_diagnostics.py``); every rebuilt row
+must appear in the README verbatim, so a re-run that moves a figure fails this test until the
+README is updated with it.
+"""
+
+import json
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUTPUTS = os.path.join(REPO, "examples", "outputs")
+DIAGNOSTICS = os.path.join(OUTPUTS, "diagnostics")
+
+
+def load(*parts):
+    with open(os.path.join(OUTPUTS, *parts), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope="module")
+def readme():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def pair(values, digits=2):
+    return f"{values['forward']:.{digits}f} / {values['backward']:.{digits}f}"
+
+
+def demo_rows(metrics):
+    """The README's demo table rows and its one-line summary."""
+    rows = []
+    for name in ("forward", "backward"):
+        r = metrics["recovery"][name]
+        best, avg, pos = r["best_head"], r["best_layer_head_average"], r["positional_baseline"]
+        rows.append(f"| {name} | {best['share']:.3f} (layer {best['layer']}, head {best['head']}) "
+                    f"| {avg['share']:.3f} (layer {avg['layer']}) | {pos['share']:.3f} "
+                    f"(offset {pos['offset']:+d}) | {r['chance']:.3f} | {r['random_key']:.3f} "
+                    f"| {r['value_cross_entropy']:.2f} |")
+    fw, bw = metrics["recovery"]["forward"], metrics["recovery"]["backward"]
+    rows.append(f"recovery: forward {fw['best_head']['share']:.2f} backward "
+                f"{bw['best_head']['share']:.2f} (best head; random-key rule "
+                f"{fw['random_key']:.2f} / {bw['random_key']:.2f})")
+    rows.append(f"{metrics['training']['epochs'] * metrics['training']['steps_per_epoch']:,} "
+                f"steps, {metrics['training']['seconds']:.0f} s of training, "
+                f"{metrics['wall_seconds']:.0f} s in all")
+    return rows
+
+
+def at_step(result, step):
+    row = next(r for r in result["curve"] if r["step"] == step)
+    return row
+
+
+def capacity_row(label, file):
+    final = load("diagnostics", file)["final"]
+    return (f"| {label} | {pair(final['best_head'])} | {pair(final['worst_head'])} "
+            f"| {final['step']:,} |")
+
+
+def value_path_row(label, file):
+    result = load("diagnostics", file)
+    solved = result["steps_to_solve"]
+    return f"| {label} | {'not by ' + format(result['steps'], ',') if solved is None else format(solved, ',')} |"
+
+
+def curve_row(label, file, steps):
+    result = load("diagnostics", file)
+    cells = []
+    for step in steps:
+        rows = [r for r in result["curve"] if r["step"] == step]
+        cells.append(pair(rows[0]["best_head"]) if rows else "-")
+    final = result["final"]
+    return (f"| {label} | " + " | ".join(cells)
+            + f" | {pair(final['value_cross_entropy'])} at {final['step']:,} |")
+
+
+CAPACITY = [("Eq. 1, scalar threshold (the paper)", "capacity.json"),
+            ("`entmax15`", "capacity_entmax15.json"),
+            ("`softmax`", "capacity_softmax.json")]
+VALUE_PATH = [("`gru` (the paper), embeddings ±0.1", "value_path_gru_scale0.1.json"),
+              ("`gru` (the paper), embeddings ±0.5", "value_path_gru_scale0.5.json"),
+              ("`residual`, embeddings ±0.1", "value_path_residual_scale0.1.json"),
+              ("`residual`, embeddings ±0.5", "value_path_residual_scale0.5.json"),
+              ("`projected`, embeddings ±0.1", "value_path_projected_scale0.1.json"),
+              ("`projected`, embeddings ±0.5", "value_path_projected_scale0.5.json")]
+CURVE_STEPS = (1200, 3000, 6000, 12000)
+CURVES = [("the paper (`gru`, Eq. 1)", "curve_paper_demo.json"),
+          ("`entmax15`", "curve_entmax15.json"),
+          ("the paper, trained on 16-unit windows", "curve_short_windows.json"),
+          ("`projected`, learning rate 3e-3", "curve_projected.json"),
+          ("`projected`, learning rate 5e-3", "curve_projected_lr0.005.json"),
+          ("`projected`, learning rate 1e-2", "curve_projected_lr0.01.json"),
+          ("`projected` + `entmax15`", "curve_projected_entmax15.json")]
+
+
+def test_demo_table_matches_the_recorded_run(readme):
+    for row in demo_rows(load("demo.json")):
+        assert row in readme, f"README lacks: {row}"
+
+
+def test_diagnostics_tables_match_the_recorded_runs(readme):
+    rows = ([capacity_row(*args) for args in CAPACITY]
+            + [value_path_row(*args) for args in VALUE_PATH]
+            + [curve_row(*args, CURVE_STEPS) for args in CURVES])
+    for row in rows:
+        assert row in readme, f"README lacks: {row}"
+
+
+def test_the_recorded_demo_is_the_default_run():
+    """The recorded run used the demo's current settings (a changed default needs a re-run)."""
+    from glomo_tf import demo
+
+    metrics = load("demo.json")
+    model = {k: v for k, v in metrics["model"].items() if k != "parameters"}
+    assert model == demo.MODEL
+    training = metrics["training"]
+    assert (training["epochs"], training["steps_per_epoch"], training["batch_size"],
+            training["seed"]) == (demo.DEFAULTS["epochs"], demo.DEFAULTS["steps_per_epoch"],
+                                  demo.DEFAULTS["batch_size"], 0)
+    assert training["embedding_scale"] == demo.EMBEDDING_SCALE
+
+
+def test_figures_in_the_diagnostics_prose_match_the_recorded_runs(readme):
+    text = " ".join(readme.split())
+    paper = at_step(load("diagnostics", "curve_paper_demo.json"), 1200)["best_head"]
+    assert f"finds the right key for {pair(paper)} of the receivers after the old demo's 1,200" in text
+    fast = at_step(load("diagnostics", "curve_projected_lr0.01.json"), 2100)["best_head"]
+    assert f"the best heads reach {pair(fast)} by step 2,100" in text
+    rule = load("demo.json")["recovery"]
+    assert (f"picks a random key ({rule['forward']['random_key']:.2f} / "
+            f"{rule['backward']['random_key']:.2f})") in text
