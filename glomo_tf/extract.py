@@ -52,6 +52,9 @@ def register(subparsers):
     parser.add_argument("--json", help="write tokens and head-averaged graphs here")
     parser.add_argument("--stats", action="store_true",
                         help="print statistics of the graphs over all the sentences")
+    parser.add_argument("--stats-json", metavar="PATH",
+                        help="with --stats, also write the statistics (the predictor's and the "
+                             "uniform graphs') as JSON here")
     parser.add_argument("--batch-size", type=int, default=128,
                         help="sentences per predictor call (default 128)")
     parser.set_defaults(func=run)
@@ -217,6 +220,8 @@ def run(args):
     if args.max_length < 1 or args.top_k < 0 or args.png_sentences < 1 or args.batch_size < 1:
         raise UsageError("--max-length, --png-sentences and --batch-size must be >= 1, "
                          "--top-k >= 0.")
+    if args.stats_json and not args.stats:
+        raise UsageError("--stats-json writes the statistics of --stats: pass --stats too.")
     model_path, tokenizer_path = _paths(args)
     sentences = _sentences(args)
     from glomo_tf.data.vocabulary import Tokenizer
@@ -257,4 +262,10 @@ def run(args):
         print(f"Wrote {args.json}")
     if statistics is not None:
         print("\n".join(format_statistics(statistics.result(), uniform.result())))
+    if args.stats_json:
+        with open(args.stats_json, "w", encoding="utf-8") as handle:
+            json.dump({"model": model_path, "files": list(args.file), "texts": len(args.text),
+                       "max_length": args.max_length, "predictor": statistics.result(),
+                       "uniform": uniform.result()}, handle, indent=1)
+        print(f"Wrote {args.stats_json}")
     return 0

@@ -130,7 +130,8 @@ def test_stats_flag_over_batches_matches_one_call(run_dir, tmp_path, capsys):
     first.write_text("\n".join(sentences[:2]) + "\n", encoding="utf-8")
     second.write_text("\n".join(sentences[2:]) + "\n", encoding="utf-8")
     assert cli.main(["extract", "--run", str(directory), "--file", str(first), str(second),
-                     "--stats", "--top-k", "0", "--batch-size", "2"]) == 0
+                     "--stats", "--top-k", "0", "--batch-size", "2",
+                     "--stats-json", str(tmp_path / "stats.json")]) == 0
     printed = capsys.readouterr().out
     ids = tokenizer.encode(sentences, max_length=128).numpy()
     expected = GraphStatistics()
@@ -151,3 +152,14 @@ def test_stats_flag_over_batches_matches_one_call(run_dir, tmp_path, capsys):
     assert entropy == pytest.approx(np.mean(np.log(rows)), abs=1.5e-3)
     assert adjacent == pytest.approx(np.mean([1 / t for t in rows]), abs=1.5e-3)
     assert distance == pytest.approx(np.mean([(t + 1) / 2 for t in rows]), abs=1.5e-3)
+    # --stats-json holds the same numbers, unrounded.
+    import json
+
+    saved = json.loads((tmp_path / "stats.json").read_text())
+    for key in GraphStatistics.KEYS:
+        assert saved["predictor"]["backward"][1][key] == pytest.approx(result["backward"][1][key])
+    assert saved["uniform"]["forward"][0]["entropy"] == pytest.approx(entropy, abs=1.5e-3)
+    assert saved["files"] == [str(first), str(second)]
+    assert cli.main(["extract", "--run", str(directory), "--text", "a b",
+                     "--stats-json", str(tmp_path / "x.json")]) == 2
+    assert "pass --stats too" in capsys.readouterr().err
