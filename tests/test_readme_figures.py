@@ -135,3 +135,35 @@ def test_figures_in_the_diagnostics_prose_match_the_recorded_runs(readme):
     rule = load("demo.json")["recovery"]
     assert (f"picks a random key ({rule['forward']['random_key']:.2f} / "
             f"{rule['backward']['random_key']:.2f})") in text
+
+
+REAL_TEXT = [("`gru` (the paper)", "gru"), ("`projected`", "projected"),
+             ("`projected` + `entmax15`", "projected_entmax15")]
+
+
+def real_text_row(label, variant):
+    """A row of the README's WikiText-2 -> MR graph table (4-epoch predictors)."""
+    metrics = load(f"wikitext2_{variant}_metrics.json")
+    stats = load(f"wikitext2_mr_stats_{variant}.json")
+    graphs = [row for name in ("forward", "backward") for row in stats["predictor"][name]]
+    uniform = stats["uniform"]["forward"][0]["entropy"]
+    entropy = [g["entropy"] for g in graphs]
+    mean = sum(entropy) / len(entropy)
+    return (f"| {label} | {metrics['val_perplexity']:.0f} | "
+            + " / ".join(f"{e:.2f}" for e in entropy)
+            + f" | {100 * mean / uniform:.0f}% | {sum(g['sources'] for g in graphs) / 4:.1f} | "
+            f"{sum(g['adjacent'] for g in graphs) / 4:.2f} |")
+
+
+def uniform_row(variant="projected"):
+    uniform = load(f"wikitext2_mr_stats_{variant}.json")["uniform"]["forward"][0]
+    return (f"| uniform graph | - | {uniform['entropy']:.2f} (every graph) | 100% | "
+            f"{uniform['sources']:.1f} | {uniform['adjacent']:.2f} |")
+
+
+def test_real_text_table_matches_the_recorded_runs(readme):
+    rows = [real_text_row(*args) for args in REAL_TEXT
+            if os.path.exists(os.path.join(OUTPUTS, f"wikitext2_mr_stats_{args[1]}.json"))]
+    assert len(rows) >= 2
+    for row in rows + [uniform_row()]:
+        assert row in readme, f"README lacks: {row}"
