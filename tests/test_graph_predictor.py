@@ -334,6 +334,21 @@ def test_keras_file_round_trip(coupled, tmp_path, rng):
     assert len(restored) == 1 and restored[0].get_config() == predictor.get_config()
 
 
+def test_coupled_projected_composition_round_trips_through_a_keras_file(tmp_path, rng):
+    """The coupled predictor's composer with a LayerNorm sub-layer saves and loads."""
+    predictor = make_predictor(coupled=True, composition="projected")
+    inputs = keras.Input((None,), dtype="int32", name="token_ids")
+    model = keras.Model(inputs, predictor(inputs))
+    randomize(predictor, rng)
+    before = model.predict(IDS, verbose=0)
+    path = tmp_path / "coupled.keras"
+    model.save(path)
+    after = keras.saving.load_model(path).predict(IDS, verbose=0)
+    for key in ("graphs", "features"):
+        np.testing.assert_allclose(after[key], before[key], rtol=1e-6, atol=1e-7)
+    assert np.abs(before["features"]).max() > 0.1  # LayerNorm output, not all zeros
+
+
 def test_compute_output_shape():
     layer = make_predictor(coupled=True)
     shapes = layer.compute_output_shape((4, 9))

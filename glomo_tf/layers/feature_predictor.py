@@ -28,7 +28,7 @@ class FeaturePredictor(keras.layers.Layer):
     Args:
         hidden_dim: int, feature width ``d``; must be divisible by ``num_heads``.
         num_heads: int, heads ``K`` of the graphs.
-        composition: ``"gru"`` or ``"residual"``.
+        composition: ``"gru"``, ``"residual"`` or ``"projected"`` (above).
 
     Call arguments:
         features: ``F^0``, ``[batch, T, d]`` (shared by both directions, e.g. embeddings) or

@@ -55,7 +55,8 @@ class GraphPredictor(keras.layers.Layer):
             expresses the ``-decouple`` ablation: one CNN per direction gives ``F^0``, the graphs of
             layer ``l`` are computed from the features ``F^{l-1}`` and the predictor composes the
             features itself (returned under ``"features"``).
-        composition: ``"gru"`` or ``"residual"``; the feature composition of a coupled predictor.
+        composition: ``"gru"``, ``"residual"`` or ``"projected"``; the feature composition of a
+            coupled predictor (see :class:`FeaturePredictor`).
         dropout: float, variational dropout rate on the CNN inputs (one mask per sequence).
         momentum: float, moving-average momentum of the batch-norm statistics.
         epsilon: float, added to graph row sums.
