@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -328,6 +329,9 @@ def run_value_path(args, model_args, training):
     model.build()
     scale_embeddings(model.graph_predictor, training["embedding_scale"], args.seed)
     model.compile(optimizer=optimizer_for(training, args.steps), jit_compile=True)
+    # The oracle replaces the predictor's graphs, so its CNN and projections get no gradient (only
+    # its embeddings do): expected here, not worth Keras' warning.
+    warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
 
     def solved(row):
         return max(row["value_cross_entropy"].values()) < args.solved_below
