@@ -13,7 +13,7 @@ known. The demo
 4. writes ``metrics.json`` and ``graphs.png`` (heatmaps of the best head for a few example windows,
    planted edges outlined) to ``--output-dir``.
 
-Run ``glomo demo`` (about five minutes on two CPU cores) or ``glomo demo --quick`` (a few seconds
+Run ``glomo demo`` (under four minutes on two CPU cores) or ``glomo demo --quick`` (a few seconds
 of training: checks the plumbing, not the learning).
 """
 
@@ -306,9 +306,10 @@ def format_report(result):
             f"{r['chance']:>8.3f} {r['random_key']:>11.3f}")
     lines.append("")
     pairs = result["corpus"]["num_pairs"]
+    value_ce = {name: recovery[name]["value_cross_entropy"] for name in ("forward", "backward")}
     lines.append(f"planted value's cross-entropy at the marker (nats; log {pairs} = "
-                 f"{np.log(pairs):.2f} is a guess among the values): forward {recovery['forward']['value_cross_entropy']:.3f}, "
-                 f"backward {recovery['backward']['value_cross_entropy']:.3f}")
+                 f"{np.log(pairs):.2f} is a guess among the values): forward "
+                 f"{value_ce['forward']:.3f}, backward {value_ce['backward']:.3f}")
     lines.append("")
     lines.append("per layer and head (rows: layers, columns: heads):")
     for name in ("forward", "backward"):

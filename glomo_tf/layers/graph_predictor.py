@@ -165,8 +165,10 @@ class GraphPredictor(keras.layers.Layer):
         self.initial_threshold = float(initial_threshold)
         self.live_row_weight = float(live_row_weight)
         self.live_row_margin = float(live_row_margin)
-        # entmax15 solves each row's threshold: no threshold weights, no live-row hinge.
+        # entmax15 solves each row's threshold: no threshold weights. Only squared-ReLU rows can
+        # die, so only they get the live-row hinge.
         self._learned_threshold = normalization != "entmax15"
+        self._live_row_hinge = self.live_row_weight > 0 and normalization == "squared_relu"
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.RandomUniform(-0.1, 0.1))
         # Decoupled: key and query CNN per direction; coupled: one CNN per direction.
@@ -357,7 +359,7 @@ class GraphPredictor(keras.layers.Layer):
         if not self._learned_threshold:
             return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon)
         threshold = self._w(self.threshold_bias)[None, :, :, None, None, None]
-        if training and self.live_row_weight > 0 and self.normalization == "squared_relu":
+        if training and self._live_row_hinge:
             self._add_live_row_loss(scores, admissible, threshold)
         return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon,
                                     threshold=threshold)
@@ -410,7 +412,7 @@ class GraphPredictor(keras.layers.Layer):
             k = tf.einsum("bzsd,zdkh->bzksh", features, self._w(self.key_kernel[:, :, layer]))
             k = (k + self._w(self.key_bias[:, :, layer]))[:, :, None]
             scores = tf.einsum("bzlkth,bzlksh->bzlkts", q, k) - self._thresholds(q, layer)
-            if training and self.live_row_weight > 0 and self.normalization == "squared_relu":
+            if training and self._live_row_hinge:
                 self._add_live_row_loss(scores, admissible)
             graph = ops.normalize_scores(scores, admissible, self.normalization, self.epsilon)
             features = self.composer.compose(features, graph[:, :, 0])
