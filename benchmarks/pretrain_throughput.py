@@ -70,7 +70,7 @@ def main(argv=None):
     models, steps, first_loss = {}, {}, {}
     for mode in a.mode:  # one model per mode, same initial weights
         keras.utils.set_random_seed(a.seed)
-        model = GlomoPretrainer(
+        model = GlomoPretrainer.from_sizes(
             a.vocab, hidden_dim=a.d, num_layers=a.layers, num_heads=a.heads,
             head_dim=a.head_dim, conv_layers=a.conv_layers, kernel_size=a.kernel,
             threshold="query", composition="gru", context_length=a.context_length,

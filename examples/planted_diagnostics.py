@@ -198,8 +198,8 @@ def pretrainer(vocabulary_size, model_args, training, seed):
     from glomo_tf.models import GlomoPretrainer
 
     keras.utils.set_random_seed(seed)
-    model = GlomoPretrainer(vocabulary_size, seed=seed,
-                            initial_threshold=training["initial_threshold"], **model_args)
+    model = GlomoPretrainer.from_sizes(
+        vocabulary_size, seed=seed, initial_threshold=training["initial_threshold"], **model_args)
     return model
 
 

@@ -19,8 +19,9 @@ rng = np.random.default_rng(0)
 
 # 1. Unsupervised pretraining on token-id windows (0 = padding).
 windows = rng.integers(1, VOCAB, size=(256, T)).astype("int32")
-pretrainer = glomo_tf.GlomoPretrainer(vocabulary_size=VOCAB, hidden_dim=32, num_layers=2,
-                                      num_heads=4, conv_layers=2, num_positions=8)
+predictor = glomo_tf.GraphPredictor(vocabulary_size=VOCAB, hidden_dim=32, num_layers=2,
+                                     num_heads=4, conv_layers=2)
+pretrainer = glomo_tf.GlomoPretrainer(predictor, num_positions=8)
 pretrainer.compile(optimizer=keras.optimizers.Adam(2e-3))
 pretrainer.fit(windows, batch_size=32, epochs=1, verbose=2)
 

@@ -95,7 +95,7 @@ def build_model(vocabulary_size, seed=0):
     from glomo_tf.models import GlomoPretrainer
 
     keras.utils.set_random_seed(seed)
-    model = GlomoPretrainer(vocabulary_size, seed=seed, **MODEL)
+    model = GlomoPretrainer.from_sizes(vocabulary_size, seed=seed, **MODEL)
     model.build()
     predictor = model.graph_predictor  # threshold bias starts at -1: dense first graphs
     rng = np.random.default_rng(seed)

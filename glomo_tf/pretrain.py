@@ -301,8 +301,8 @@ def pretrain(s, run_dir):
     steps_per_epoch = s["steps_per_epoch"] or _count_batches(stream_batches)
 
     with strategy.scope():
-        model = GlomoPretrainer(tokenizer.vocabulary_size,
-                                **{k: s[k] for k in MODEL_ARGS}, seed=s["seed"])
+        model = GlomoPretrainer.from_sizes(tokenizer.vocabulary_size,
+                                           **{k: s[k] for k in MODEL_ARGS}, seed=s["seed"])
         model.compile(optimizer=make_optimizer(s), jit_compile=bool(s["jit"]))
         model.build()
     try:

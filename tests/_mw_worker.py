@@ -59,7 +59,7 @@ def optimizer(kind, clipnorm):
 def build(strategy, args, weights=None):
     from glomo_tf import GlomoPretrainer
     with strategy.scope():
-        model = GlomoPretrainer(**model_config(args.conv_layers))
+        model = GlomoPretrainer.from_sizes(**model_config(args.conv_layers))
         model.build()
         model.compile(optimizer=optimizer(args.optimizer, args.clipnorm))
     if weights is not None:

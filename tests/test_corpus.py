@@ -262,8 +262,8 @@ def test_fit_glomo_pretrainer_on_the_datasets(tmp_path):
     tokenizer = Tokenizer.build(lines)
     tokenizer.save(tmp_path / "tokenizer")
     train, _ = pretraining_datasets(lines, tokenizer, window=8, shift=8, batch_size=4, seed=1)
-    model = GlomoPretrainer(vocabulary_size=len(tokenizer), hidden_dim=8, num_layers=1,
-                            num_heads=2, conv_layers=1, num_positions=2)
+    model = GlomoPretrainer.from_sizes(vocabulary_size=len(tokenizer), hidden_dim=8, num_layers=1,
+                                       num_heads=2, conv_layers=1, num_positions=2)
     check_vocabulary_matches(Tokenizer.load(tmp_path / "tokenizer"), model)
     model.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True)  # no tracing: fast
     seen = []

@@ -577,8 +577,8 @@ def test_versions_and_model_resolution(tmp_path):
     (tmp_path / ".11.incomplete-x").mkdir()
     (tmp_path / "notes").mkdir()
     assert next_version(str(tmp_path)) == 11 and next_version(str(tmp_path / "none")) == 1
-    pretrainer = GlomoPretrainer(vocabulary_size=20, hidden_dim=8, num_layers=1, num_heads=2,
-                                 conv_layers=1, num_positions=2)
+    pretrainer = GlomoPretrainer.from_sizes(vocabulary_size=20, hidden_dim=8, num_layers=1,
+                                            num_heads=2, conv_layers=1, num_positions=2)
     pretrainer(np.ones((1, 4), "int32"))
     assert resolve_graph_predictor(pretrainer) is pretrainer.graph_predictor
 

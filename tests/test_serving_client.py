@@ -280,9 +280,9 @@ def glomo_export(tmp_path_factory):
     from glomo_tf.export import export_saved_model
     tokenizer = Tokenizer.build(CORPUS, splitter="whitespace", lowercase=True)
     keras.utils.set_random_seed(3)
-    model = GlomoPretrainer(vocabulary_size=tokenizer.vocabulary_size, hidden_dim=8,
-                            num_layers=2, num_heads=2, conv_layers=1, context_length=2,
-                            decoder_layers=1, num_positions=None, dropout=0.0)
+    model = GlomoPretrainer.from_sizes(vocabulary_size=tokenizer.vocabulary_size, hidden_dim=8,
+                                       num_layers=2, num_heads=2, conv_layers=1, context_length=2,
+                                       decoder_layers=1, num_positions=None, dropout=0.0)
     model.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True)  # no tracing: fast
     windows = tokenizer.encode(CORPUS * 2, max_length=8).numpy()
     history = model.fit(windows, batch_size=8, epochs=2, verbose=0).history

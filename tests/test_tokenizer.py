@@ -309,12 +309,12 @@ def test_load_vocabulary_and_settings_that_disagree(tmp_path):
 def test_check_vocabulary_matches_model():
     from glomo_tf import GlomoPretrainer
     tokenizer = Tokenizer.build(CORPUS)
-    model = GlomoPretrainer(vocabulary_size=len(tokenizer), hidden_dim=8, num_layers=1,
-                            num_heads=2, conv_layers=1)
+    model = GlomoPretrainer.from_sizes(vocabulary_size=len(tokenizer), hidden_dim=8, num_layers=1,
+                                       num_heads=2, conv_layers=1)
     assert check_vocabulary_matches(tokenizer, model) == len(tokenizer)
     assert check_vocabulary_matches(tokenizer.vocabulary, model.graph_predictor) == len(tokenizer)
-    other = GlomoPretrainer(vocabulary_size=len(tokenizer) + 3, hidden_dim=8, num_layers=1,
-                            num_heads=2, conv_layers=1)
+    other = GlomoPretrainer.from_sizes(vocabulary_size=len(tokenizer) + 3, hidden_dim=8,
+                                       num_layers=1, num_heads=2, conv_layers=1)
     with pytest.raises(ValueError, match=rf"has {len(tokenizer)} ids but the model .* built with "
                                          rf"vocabulary_size={len(tokenizer) + 3}"):
         check_vocabulary_matches(tokenizer, other)

@@ -21,8 +21,9 @@ def tiny_model(hidden_dim=8):
     # conv_layers=1 keeps batch norm (moving statistics are non-trainable state to restore too);
     # SGD with momentum has optimizer state beyond the step counter. Eager: these tests take a
     # few steps each, fewer than it would take to trace the step into a graph.
-    model = GlomoPretrainer(V, hidden_dim=hidden_dim, num_layers=2, num_heads=2, conv_layers=1,
-                            context_length=2, decoder_layers=1, num_positions=None)
+    model = GlomoPretrainer.from_sizes(V, hidden_dim=hidden_dim, num_layers=2, num_heads=2,
+                                       conv_layers=1, context_length=2, decoder_layers=1,
+                                       num_positions=None)
     model.compile(optimizer=keras.optimizers.SGD(0.5, momentum=0.5), run_eagerly=True)
     model.build()
     return model
@@ -320,9 +321,9 @@ def test_graph_image_logger_draws_each_probe_direction_and_layer(tmp_path):
     lines = tf.data.Dataset.from_tensor_slices(["the cat sat on the mat", "a dog ran far"])
     tokenizer = Tokenizer.build(lines)
     probes = ["the cat ran", "a dog sat on the mat"]
-    model = GlomoPretrainer(tokenizer.vocabulary_size, hidden_dim=8, num_layers=2, num_heads=2,
-                            conv_layers=1, context_length=2, decoder_layers=1,
-                            num_positions=None)
+    model = GlomoPretrainer.from_sizes(tokenizer.vocabulary_size, hidden_dim=8, num_layers=2,
+                                       num_heads=2, conv_layers=1, context_length=2,
+                                       decoder_layers=1, num_positions=None)
     model.compile(optimizer=keras.optimizers.SGD(0.5), run_eagerly=True)
     ids = tokenizer.encode(["the cat sat on the mat a dog", "a dog ran far the cat sat on"],
                            max_length=8)
@@ -377,8 +378,9 @@ def test_graph_images_are_written_every_epoch_beside_step_based_tensorboard(tmp_
     images must still be written at the end of epochs that end on other steps (2 and 4 here)."""
     lines = tf.data.Dataset.from_tensor_slices(["the cat sat on the mat", "a dog ran far"])
     tokenizer = Tokenizer.build(lines)
-    model = GlomoPretrainer(tokenizer.vocabulary_size, hidden_dim=8, num_layers=1, num_heads=2,
-                            conv_layers=1, context_length=2, decoder_layers=1, num_positions=None)
+    model = GlomoPretrainer.from_sizes(tokenizer.vocabulary_size, hidden_dim=8, num_layers=1,
+                                       num_heads=2, conv_layers=1, context_length=2,
+                                       decoder_layers=1, num_positions=None)
     model.compile(optimizer=keras.optimizers.SGD(0.5), run_eagerly=True)
     ids = tokenizer.encode(["the cat sat on the mat a dog"] * 4, max_length=8)
     written = []

@@ -49,14 +49,14 @@ def manual_first_unit_loss(model, ids):
 
 # ------------------------------------------------------------------------------ objective
 def test_first_unit_loss_equals_context_loss_when_d_is_one():
-    model = GlomoPretrainer(20, context_length=1, num_positions=None, **TINY)
+    model = GlomoPretrainer.from_sizes(20, context_length=1, num_positions=None, **TINY)
     ids = tiny_ids()
     expected = float(model.context_loss(ids)[0])
     assert first_unit_loss(model, ids, batch_size=len(ids)) == pytest.approx(expected, rel=1e-5)
 
 
 def test_first_unit_loss_ignores_units_beyond_the_first():
-    model = GlomoPretrainer(20, context_length=3, num_positions=4, **TINY)
+    model = GlomoPretrainer.from_sizes(20, context_length=3, num_positions=4, **TINY)
     ids = tiny_ids()
     ids[1, 7:] = 0  # padding: neither a start nor a target
     expected = manual_first_unit_loss(model, ids)
@@ -70,10 +70,10 @@ def test_first_unit_loss_of_d3_equals_d1_loss_with_the_same_weights():
     """The decoders' weights do not depend on D: a D=1 copy of a D=3 model scores the same first
     units, and its pretraining loss (all positions) is exactly that first-unit loss."""
     ids = tiny_ids(seed=1)
-    model3 = GlomoPretrainer(20, context_length=3, num_positions=4, **TINY)
+    model3 = GlomoPretrainer.from_sizes(20, context_length=3, num_positions=4, **TINY)
     model3.compile(optimizer=keras.optimizers.Adam(1e-2))
     model3.fit(ids, batch_size=3, epochs=1, verbose=0)  # weights away from their init
-    model1 = GlomoPretrainer(20, context_length=1, num_positions=None, **TINY)
+    model1 = GlomoPretrainer.from_sizes(20, context_length=1, num_positions=None, **TINY)
     model1.build()
     model1.set_weights(model3.get_weights())
     expected = float(model1.context_loss(ids)[0])
@@ -82,7 +82,7 @@ def test_first_unit_loss_of_d3_equals_d1_loss_with_the_same_weights():
 
 
 def test_first_unit_loss_rejects_sentence_models():
-    model = GlomoPretrainer(20, objective="sentence", **TINY)
+    model = GlomoPretrainer.from_sizes(20, objective="sentence", **TINY)
     with pytest.raises(ValueError, match="unit-level"):
         first_unit_loss(model, tiny_ids())
 

@@ -3,11 +3,13 @@
 import keras
 import tensorflow as tf
 
+from glomo_tf.hparams import DIRECTIONS, GRAPH_PREDICTOR, OBJECTIVES, PRETRAINER
 from glomo_tf.layers.context_decoder import ContextDecoder
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.graph_predictor import GraphPredictor
 
-OBJECTIVES = ("unit", "sentence")
+# GraphPredictor's arguments that GlomoPretrainer.from_sizes passes on.
+PREDICTOR_ARGS = tuple(GRAPH_PREDICTOR) + ("embeddings_initializer", "momentum", "epsilon")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -40,12 +42,9 @@ class GlomoPretrainer(keras.Model):
     After pretraining, ``graph_predictor`` is the part to transfer.
 
     Args:
-        vocabulary_size: int, token ids in ``[0, vocabulary_size)``; 0 is padding.
-        hidden_dim: int, width ``d`` of embeddings, features and decoder states.
-        num_layers, num_heads, head_dim, conv_layers, kernel_size, threshold, normalization,
-            coupled, dropout, initial_threshold: passed to :class:`GraphPredictor`.
-        composition: ``"gru"`` (reference code), ``"residual"`` or ``"projected"``, the feature
-            predictor's composition ``v`` (see :class:`FeaturePredictor`).
+        graph_predictor: a :class:`GraphPredictor`, the backbone (as keras-hub's tasks take a
+            backbone). Its width, heads, composition and coupling decide the feature predictor's
+            and the decoders' (a coupled predictor composes its own features).
         context_length: int, ``D`` units predicted per position (1 = ``-sequence`` ablation).
         decoder_layers: int, GRU layers of each decoder.
         num_positions: int or None, positions sampled per window and step (shared across the batch,
@@ -54,13 +53,17 @@ class GlomoPretrainer(keras.Model):
             ablation: a window-level objective in the style of Skip-thought, where the features of
             the first half of the window, mean-pooled, predict the first units of the second half,
             and symmetrically backward).
+        dropout: float or None, the decoders' dropout; None takes the graph predictor's.
         seed: int or None, seed of the position sampling.
+
+    :meth:`from_sizes` builds the graph predictor and the pretrainer from sizes in one call.
 
     Example:
 
     >>> import numpy as np, keras
-    >>> model = GlomoPretrainer(vocabulary_size=50, hidden_dim=16, num_layers=2, num_heads=2,
-    ...                         conv_layers=1, num_positions=4)
+    >>> predictor = GraphPredictor(vocabulary_size=50, hidden_dim=16, num_layers=2, num_heads=2,
+    ...                            conv_layers=1)
+    >>> model = GlomoPretrainer(predictor, num_positions=4)
     >>> model.compile(optimizer=keras.optimizers.Adam(1e-3))
     >>> ids = np.random.randint(1, 50, size=(8, 12)).astype("int32")
     >>> history = model.fit(ids, batch_size=4, epochs=1, verbose=0)
@@ -68,55 +71,66 @@ class GlomoPretrainer(keras.Model):
     ['loss', 'perplexity']
     """
 
-    def __init__(self, vocabulary_size, hidden_dim=256, num_layers=3, num_heads=8, head_dim=None,
-                 conv_layers=4, kernel_size=3, threshold="query", normalization="squared_relu",
-                 coupled=False, composition="gru", context_length=3, decoder_layers=2,
-                 num_positions=20, objective="unit", dropout=0.0, seed=None,
-                 initial_threshold=-1.0, live_row_weight=0.0, live_row_margin=0.1, **kwargs):
+    def __init__(self, graph_predictor, context_length=3, decoder_layers=2, num_positions=20,
+                 objective="unit", dropout=None, seed=None, **kwargs):
         super().__init__(**kwargs)
+        if not isinstance(graph_predictor, GraphPredictor):
+            raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor, got "
+                            f"{type(graph_predictor).__name__}; GlomoPretrainer.from_sizes("
+                            "vocabulary_size, ...) builds one from sizes.")
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
         if num_positions is not None and num_positions < 1:
             raise ValueError(f"num_positions must be >= 1 or None (all), got {num_positions}.")
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}: the feature "
-                "predictor splits the features into heads.")
-        self.config = dict(
-            vocabulary_size=vocabulary_size, hidden_dim=hidden_dim, num_layers=num_layers,
-            num_heads=num_heads, head_dim=head_dim, conv_layers=conv_layers,
-            kernel_size=kernel_size, threshold=threshold, normalization=normalization,
-            coupled=coupled, composition=composition, context_length=context_length,
-            decoder_layers=decoder_layers, num_positions=num_positions, objective=objective,
-            dropout=dropout, seed=seed, initial_threshold=initial_threshold,
-            live_row_weight=live_row_weight, live_row_margin=live_row_margin)
+        predictor = graph_predictor
+        self.context_length = int(context_length)
+        self.decoder_layers = int(decoder_layers)
         self.num_positions = num_positions
         self.objective = objective
-        self.graph_predictor = GraphPredictor(
-            vocabulary_size, hidden_dim, num_layers=num_layers, num_heads=num_heads,
-            head_dim=head_dim, conv_layers=conv_layers, kernel_size=kernel_size,
-            threshold=threshold, normalization=normalization, coupled=coupled,
-            composition=composition, dropout=dropout, initial_threshold=initial_threshold,
-            live_row_weight=live_row_weight, live_row_margin=live_row_margin,
-            dtype=self.dtype_policy, name="graph_predictor")
-        self.feature_predictor = None if coupled else FeaturePredictor(
-            hidden_dim, num_heads, composition=composition, dtype=self.dtype_policy,
-            name="feature_predictor")
+        self.dropout = dropout
+        self.seed = seed
+        self.graph_predictor = predictor
+        self.feature_predictor = None if predictor.coupled else FeaturePredictor(
+            predictor.hidden_dim, predictor.num_heads, composition=predictor.composition,
+            dtype=self.dtype_policy, name="feature_predictor")
+        decoder_dropout = predictor.dropout if dropout is None else dropout
         self.decoders = [
-            ContextDecoder(hidden_dim, context_length, decoder_layers, direction, dropout,
-                           dtype=self.dtype_policy, name=f"{direction}_decoder")
-            for direction in ("forward", "backward")]
+            ContextDecoder(predictor.hidden_dim, context_length, decoder_layers, direction,
+                           decoder_dropout, dtype=self.dtype_policy, name=f"{direction}_decoder")
+            for direction in DIRECTIONS]
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.perplexity_tracker = Perplexity()
 
+    @classmethod
+    def from_sizes(cls, vocabulary_size, hidden_dim=GRAPH_PREDICTOR["hidden_dim"], seed=None,
+                   **kwargs):
+        """A pretrainer and its :class:`GraphPredictor` from sizes in one call.
+
+        ``kwargs`` are :class:`GraphPredictor`'s arguments (``num_layers``, ``num_heads``,
+        ``threshold``, ``normalization``, ``composition``, ``dropout``, ...) and this class's
+        (``context_length``, ``decoder_layers``, ``num_positions``, ``objective``); the decoders
+        take the predictor's ``dropout``. Keras arguments (``name``, ``dtype``) go to the
+        pretrainer, whose dtype policy the predictor shares.
+        """
+        predictor_args = {k: kwargs.pop(k) for k in list(kwargs) if k in PREDICTOR_ARGS}
+        own = {k: kwargs.pop(k) for k in list(kwargs) if k in PRETRAINER}
+        dtype = kwargs.get("dtype")
+        predictor = GraphPredictor(vocabulary_size, hidden_dim, dtype=dtype,
+                                   name="graph_predictor", **predictor_args)
+        return cls(predictor, seed=seed, **own, **kwargs)
+
     def build(self, input_shape=None):
-        self.graph_predictor.build((None, None))
+        if not self.graph_predictor.built:  # a predictor passed in may come built
+            self.graph_predictor.build((None, None))
         if self.feature_predictor is not None:
             self.feature_predictor.build((None, None, self.graph_predictor.hidden_dim))
         for decoder in self.decoders:
             decoder.build()
         self.built = True
+
+    def build_from_config(self, config):
+        self.build()  # the sizes are in the layers' configs; no input shape is needed
 
     @property
     def metrics(self):
@@ -205,11 +219,20 @@ class GlomoPretrainer(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update(self.config)
+        config.update(
+            graph_predictor=keras.saving.serialize_keras_object(self.graph_predictor),
+            context_length=self.context_length, decoder_layers=self.decoder_layers,
+            num_positions=self.num_positions, objective=self.objective, dropout=self.dropout,
+            seed=self.seed)
         return config
 
     @classmethod
     def from_config(cls, config):
+        config = dict(config)
+        if "graph_predictor" not in config:  # a file saved before the predictor was an argument
+            return cls.from_sizes(**config)
+        config["graph_predictor"] = keras.saving.deserialize_keras_object(
+            config["graph_predictor"])
         return cls(**config)
 
 

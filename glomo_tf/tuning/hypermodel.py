@@ -116,9 +116,9 @@ class GlomoHyperModel(keras_tuner.HyperModel):
         learning_rate = hp.Choice("learning_rate", self.learning_rates)
         if self.seed is not None:
             keras.utils.set_random_seed(self.seed)
-        model = GlomoPretrainer(self.vocabulary_size, hidden_dim=self.hidden_dim,
-                                num_layers=layers, num_heads=heads, threshold=threshold,
-                                context_length=context_length, seed=self.seed, **self.fixed)
+        model = GlomoPretrainer.from_sizes(
+            self.vocabulary_size, hidden_dim=self.hidden_dim, num_layers=layers, num_heads=heads,
+            threshold=threshold, context_length=context_length, seed=self.seed, **self.fixed)
         model.compile(optimizer=keras.optimizers.Adam(learning_rate,
                                                       global_clipnorm=self.clipnorm),
                       jit_compile=self.jit_compile)
