@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from glomo_tf.layers import SharedPrivateRNN
-from glomo_tf.layers.shared_private_rnn import sample_anchors
+from glomo_tf.layers.related.shared_private_rnn import sample_anchors
 
 B, T, D, U, V = 3, 8, 4, 6, 12
 IDS = np.array([[3, 4, 5, 6, 7, 8, 9, 10],

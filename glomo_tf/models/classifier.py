@@ -59,10 +59,9 @@ TensorShape([1, 2])
 import keras
 import tensorflow as tf
 
-from glomo_tf.layers.cn3 import ContextualizedNonLocal
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_predictor import GraphPredictor
-from glomo_tf.layers.shared_private_rnn import SharedPrivateRNN
+from glomo_tf.layers.related import ContextualizedNonLocal, SharedPrivateRNN
 
 VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "cn3", "shared_private")
 PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from glomo_tf.layers.cn3 import attached_mask
+from glomo_tf.layers.related.cn3 import attached_mask
 
 
 def sample_anchors(lengths, num_anchors, seed=None):

@@ -1,0 +1,16 @@
+"""Layers of the related models compared with GLoMo, kept apart from GLoMo's own layers.
+
+* :class:`ContextualizedNonLocal` and :class:`LinearChainCRF`: CN3 (Liu et al., "Contextualized
+  Non-local Neural Networks for Sequence Learning", AAAI 2019);
+* :class:`SharedPrivateRNN`: the RNN with a shared and a private state ("RNNs with private and
+  shared representations for semi-supervised sequence learning").
+
+They are exported by :mod:`glomo_tf.layers` and :mod:`glomo_tf` too; their Keras serialization
+names (``glomo_tf>ContextualizedNonLocal`` ...) do not depend on the module they live in.
+"""
+
+from glomo_tf.layers.related.cn3 import ContextualizedNonLocal
+from glomo_tf.layers.related.crf import LinearChainCRF
+from glomo_tf.layers.related.shared_private_rnn import SharedPrivateRNN
+
+__all__ = ["ContextualizedNonLocal", "LinearChainCRF", "SharedPrivateRNN"]
