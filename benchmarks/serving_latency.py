@@ -41,7 +41,7 @@ WORDS = ("the cat sat on the mat while a dog ate the hat and ran off to the park
          "children played with a red ball near an old tree").split()
 LAUNCHER = ("import functools, sys; from glomo_tf import cli; "
             "cli.build_parser = functools.partial(cli.build_parser, "
-            "[('serve', 'glomo_tf.serving.server')]); sys.exit(cli.main(sys.argv[1:]))")
+            "[('serve', 'glomo_tf.cli.serve')]); sys.exit(cli.main(sys.argv[1:]))")
 
 
 def parse_args(argv=None):

@@ -126,7 +126,7 @@ def transfer(config, run_dir, args):
     """The per-seed test accuracies of one configuration, ``{seed: accuracy}``, and its runs; a
     transfer finished earlier with the same command line is reused."""
     from glomo_tf import cli
-    from glomo_tf.transfer import per_seed_accuracy
+    from glomo_tf.evaluation import per_seed_accuracy
 
     out = os.path.join(args.output_dir, "transfer", config)
     variant = "uniform" if config == "uniform" else args.variant
@@ -164,7 +164,7 @@ def _finished_transfer(out, argv):
 def table(results, configs):
     """``(summary, markdown)``: mean +- std per configuration and the paired differences with
     ``glomo`` over the seeds both have."""
-    from glomo_tf.transfer import accuracy_summary, paired_cells, paired_comparison
+    from glomo_tf.evaluation import accuracy_summary, paired_cells, paired_comparison
 
     summary = {}
     lines = ["| configuration | seeds | accuracy (mean ± std) | vs glomo (mean difference) | "

@@ -25,7 +25,7 @@ import numpy as np
 from glomo_tf.data import Tokenizer, seeded_split
 from glomo_tf.data.labeled import load_tfds_text
 from glomo_tf.models.classifier import build_classifier
-from glomo_tf.transfer import encode
+from glomo_tf.data.batching import encode
 
 DATASET = "imdb_reviews"
 

@@ -1,4 +1,5 @@
-"""``glomo demo``: pretrain on the built-in planted corpus and check that the graphs find the plants.
+"""The planted demo (``glomo demo``): pretrain on the built-in planted corpus, check the graphs
+find the plants.
 
 One command, nothing to download: the corpus is generated from fixed seeds
 (:func:`glomo_tf.data.planted.builtin_corpus`), with long-range dependencies whose true graph is
@@ -14,7 +15,8 @@ known. The demo
    planted edges outlined) to ``--output-dir``.
 
 Run ``glomo demo`` (under four minutes on two CPU cores) or ``glomo demo --quick`` (a few seconds
-of training: checks the plumbing, not the learning).
+of training: checks the plumbing, not the learning); from Python, :func:`run_demo` with
+:data:`DEFAULTS` or :data:`QUICK`.
 """
 
 import json
@@ -22,8 +24,6 @@ import os
 import time
 
 import numpy as np
-
-from glomo_tf.cli import UsageError
 
 # Corpus of the demo (see glomo_tf.data.planted); the test windows use a different seed.
 CORPUS = dict(seq_len=48, deps_per_sequence=6, num_slots=6, num_pairs=8, num_fillers=40,
@@ -49,42 +49,6 @@ DEFAULTS = dict(epochs=30, steps_per_epoch=100, batch_size=32, train_windows=204
                 examples=3)
 QUICK = dict(epochs=1, steps_per_epoch=3, batch_size=16, train_windows=64, test_windows=16,
              examples=2)
-
-
-def register(subparsers):
-    parser = subparsers.add_parser(
-        "demo", help="pretrain on a built-in planted corpus and report graph recovery",
-        description=__doc__.split("\n\n")[0] + " Writes metrics.json and graphs.png.")
-    parser.add_argument("--output-dir", default="glomo-demo",
-                        help="folder for metrics.json and graphs.png (default: ./glomo-demo)")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help=f"training epochs (default {DEFAULTS['epochs']})")
-    parser.add_argument("--steps-per-epoch", type=int, default=None,
-                        help=f"training steps per epoch (default {DEFAULTS['steps_per_epoch']})")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the model initialisation and the training order (default 0)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a few training steps only: checks that everything runs")
-    parser.set_defaults(func=run)
-    return parser
-
-
-def run(args):
-    settings = dict(QUICK if args.quick else DEFAULTS)
-    for name in ("epochs", "steps_per_epoch"):
-        value = getattr(args, name)
-        if value is not None:
-            if value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
-            settings[name] = value
-    output_dir = args.output_dir
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise UsageError(f"--output-dir {output_dir!r} exists and is not a folder.")
-    os.makedirs(output_dir, exist_ok=True)
-    result = run_demo(output_dir, seed=args.seed, **settings)
-    print(format_report(result))
-    print(f"\nWrote {result['outputs']['metrics']}\n      {result['outputs']['figure']}")
-    return 0
 
 
 # ---------------------------------------------------------------------- the pieces

@@ -36,13 +36,17 @@ PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")
 # Run by `glomo transfer` when no --variants are given: the GLoMo comparison.
 DEFAULT_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
 
+# tf.distribute strategies of pretraining (glomo_tf.training.make_strategy).
+STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+
 # KerasTuner searches (glomo_tf.tuning).
 TUNERS = ("random", "hyperband", "bayesian")
 
 
-def check_heads_divide(hidden_dim, num_heads, what="the feature predictor"):
-    """Raises ``ValueError`` unless ``num_heads`` divides ``hidden_dim`` (the features are split
-    into heads)."""
+def check_heads_divide(hidden_dim, num_heads, names=("hidden_dim", "num_heads"),
+                       what="the feature predictor"):
+    """Raises ``ValueError`` unless ``num_heads`` divides ``hidden_dim`` (``what`` splits the
+    features into heads); ``names`` are the two settings as the caller's user knows them."""
     if hidden_dim % num_heads:
-        raise ValueError(f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}: "
-                         f"{what} splits the features into heads.")
+        raise ValueError(f"{names[0]} ({hidden_dim}) must be divisible by {names[1]} "
+                         f"({num_heads}): {what} splits the features into heads.")

@@ -49,11 +49,11 @@ def optimizer(kind, clipnorm):
     """Plain SGD (no momentum): Keras's own, or the one ``glomo pretrain`` makes."""
     import keras
 
-    from glomo_tf.pretrain import make_optimizer
+    from glomo_tf.pretraining import PretrainingConfig, make_optimizer
     if kind == "keras":
         return keras.optimizers.SGD(0.5, global_clipnorm=clipnorm)
-    return make_optimizer({"optimizer": "sgd", "learning_rate": 0.5, "momentum": 0.0,
-                           "clipnorm": clipnorm})
+    return make_optimizer(PretrainingConfig(output_dir="", optimizer="sgd", learning_rate=0.5,
+                                            momentum=0.0, clipnorm=clipnorm))
 
 
 def build(strategy, args, weights=None):

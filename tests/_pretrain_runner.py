@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from glomo_tf import cli, training  # noqa: E402
 
-cli.build_parser = functools.partial(cli.build_parser, [("pretrain", "glomo_tf.pretrain")])
+cli.build_parser = functools.partial(cli.build_parser, [("pretrain", "glomo_tf.cli.pretrain")])
 
 PAUSE_AT = int(os.environ.get("GLOMO_TEST_PAUSE_AT_STEP", "0"))
 if PAUSE_AT:

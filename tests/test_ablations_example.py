@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from glomo_tf.transfer import paired_t
+from glomo_tf.evaluation import paired_t
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "ablations_mr.py")
 WORDS = "the a film movie story actor plot scene was is and of it this that very quite".split()

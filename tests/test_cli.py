@@ -29,3 +29,29 @@ def test_tune_without_keras_tuner_says_what_to_install(tmp_path):
     assert proc.returncode == 2
     assert 'pip install -e ".[tune]"' in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_library_never_imports_the_command_line():
+    """Only glomo_tf/cli/ parses arguments: no other module imports argparse or glomo_tf.cli (the
+    library raises ValueError; the commands turn it into a one-line usage error)."""
+    import ast
+    import pathlib
+
+    import glomo_tf
+
+    root = pathlib.Path(glomo_tf.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.relative_to(root).parts[0] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            if any(n == "argparse" or n == "glomo_tf.cli" or n.startswith("glomo_tf.cli.")
+                   for n in names):
+                offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not offenders, offenders
+    assert len(list(root.rglob("*.py"))) > 30  # the walk saw the package

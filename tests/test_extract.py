@@ -84,7 +84,7 @@ def test_no_sentences_and_a_foreign_vocabulary_are_refused(run_dir, tmp_path, ca
 
 def test_graph_statistics_on_hand_made_graphs():
     """Two sentences, 1 layer, 2 heads, values worked out by hand."""
-    from glomo_tf.extract import GraphStatistics
+    from glomo_tf.analysis import GraphStatistics
 
     ids = np.array([[5, 1, 6, 7], [8, 9, 0, 0]])  # <unk> = 1 at position 1; sentence 2 has 2 units
     g = np.zeros((2, 2, 1, 2, 4, 4), np.float32)
@@ -122,7 +122,7 @@ def test_graph_statistics_on_hand_made_graphs():
 
 
 def test_stats_flag_over_batches_matches_one_call(run_dir, tmp_path, capsys):
-    from glomo_tf.extract import GraphStatistics
+    from glomo_tf.analysis import GraphStatistics
 
     directory, tokenizer, predictor = run_dir
     sentences = LINES + ["the mat ran", "a park sat on the dog cat"]

@@ -44,7 +44,7 @@ def write_corpus(path, lines=80, seed=1):
 def glomo_pretrain(*argv):
     """``glomo pretrain ARGV`` in this process (``cli.main``, a parser holding only pretrain)."""
     original = cli.build_parser
-    cli.build_parser = functools.partial(original, [("pretrain", "glomo_tf.pretrain")])
+    cli.build_parser = functools.partial(original, [("pretrain", "glomo_tf.cli.pretrain")])
     try:
         return cli.main(["pretrain", *argv])
     finally:

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from glomo_tf.serving import ModelConfig, ModelServer, ServingClient, ServingError, extract
-from glomo_tf.serving.testing import write_toy_model
+from _serving_fixtures import write_toy_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROTOCOLS = ("rest", "grpc")
@@ -358,7 +358,7 @@ def test_glomo_serve_command_in_a_subprocess(glomo_export):
     # Only the serve command is registered, so the test does not depend on the other commands.
     launcher = ("import functools, sys; from glomo_tf import cli; "
                 "cli.build_parser = functools.partial(cli.build_parser, "
-                "[('serve', 'glomo_tf.serving.server')]); sys.exit(cli.main(sys.argv[1:]))")
+                "[('serve', 'glomo_tf.cli.serve')]); sys.exit(cli.main(sys.argv[1:]))")
     process = subprocess.Popen(
         [sys.executable, "-c", launcher, "serve", f"--port={grpc_port}",
          f"--rest_api_port={rest_port}", "--model_name=glomo",

@@ -1,4 +1,4 @@
-"""`glomo serve` (glomo_tf.serving.server) against TF Serving's REST and gRPC APIs.
+"""`glomo serve` (glomo_tf.cli.serve, glomo_tf.serving.server) against TF Serving's APIs.
 
 Every prediction is compared with an independent in-process call of the same SavedModel
 (``tf.saved_model.load(...).signatures[...]``); REST is spoken with ``http.client`` and gRPC with
@@ -25,12 +25,14 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 from tensorflow_serving.config import model_server_config_pb2
 
-from glomo_tf.cli import UsageError, build_parser
-from glomo_tf.serving.server import ModelServer, parse_batching_parameters, server_from_args
-from glomo_tf.serving.testing import write_half_plus_two, write_toy_model
+from glomo_tf.cli import build_parser
+from glomo_tf.cli.common import UsageError
+from glomo_tf.cli.serve import server_from_args
+from glomo_tf.serving.server import ModelServer, parse_batching_parameters
+from _serving_fixtures import write_half_plus_two, write_toy_model
 
 MAX_BYTES = 1 << 20
-SERVE_ONLY = [("serve", "glomo_tf.serving.server")]  # the `glomo serve` parser, alone
+SERVE_ONLY = [("serve", "glomo_tf.cli.serve")]  # the `glomo serve` parser, alone
 
 
 def parse(argv):

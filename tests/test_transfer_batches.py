@@ -3,7 +3,8 @@ padded beyond its longest text, and predictions put back in input order."""
 
 import numpy as np
 
-from glomo_tf.transfer import _lengths, bucketed_training_batches, length_sorted_batches
+from glomo_tf.data.batching import (bucketed_training_batches, length_sorted_batches,
+                                    sequence_lengths)
 
 
 def ragged_ids(count=157, width=30, seed=0):
@@ -19,8 +20,8 @@ def ragged_ids(count=157, width=30, seed=0):
 
 def test_lengths_is_the_last_real_position():
     ids, lengths = ragged_ids()
-    np.testing.assert_array_equal(_lengths(ids), lengths)
-    np.testing.assert_array_equal(_lengths(np.array([[4, 0, 5, 0]])), [3])  # a hole inside
+    np.testing.assert_array_equal(sequence_lengths(ids), lengths)
+    np.testing.assert_array_equal(sequence_lengths(np.array([[4, 0, 5, 0]])), [3])  # a hole inside
 
 
 def test_bucketed_training_batches_cover_every_example_once_per_epoch():

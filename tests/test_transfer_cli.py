@@ -6,9 +6,10 @@ import keras
 import numpy as np
 import pytest
 
-from glomo_tf import GraphPredictor, cli, save_graph_predictor, transfer
+from glomo_tf import GraphPredictor, cli, evaluation, save_graph_predictor
 from glomo_tf.data.vocabulary import Tokenizer
-from glomo_tf.transfer import paired_t, splits, summarize
+from glomo_tf.evaluation import paired_t, summarize
+from glomo_tf.experiments import splits
 
 FILLER = "the a film movie story actor plot scene was is and of it this that very quite".split()
 CLASS_WORDS = {"neg": "awful", "pos": "great"}
@@ -169,13 +170,13 @@ def test_kfold_and_seeded_splits_carve_validation_from_training():
                                            (5, 2.571), (9, 2.262), (30, 2.042)])
 def test_two_sided_p_at_textbook_critical_values(dof, critical):
     """The t table's two-sided 5% critical values give p = 0.05 (to the table's 3 decimals)."""
-    assert transfer._two_sided_p(critical, dof + 1) == pytest.approx(0.05, abs=2e-4)
-    assert transfer._two_sided_p(-critical, dof + 1) == pytest.approx(0.05, abs=2e-4)
-    assert transfer._two_sided_p(0.0, dof + 1) == pytest.approx(1.0)
-    assert transfer._two_sided_p(None, dof + 1) is None
+    assert evaluation.two_sided_p(critical, dof + 1) == pytest.approx(0.05, abs=2e-4)
+    assert evaluation.two_sided_p(-critical, dof + 1) == pytest.approx(0.05, abs=2e-4)
+    assert evaluation.two_sided_p(0.0, dof + 1) == pytest.approx(1.0)
+    assert evaluation.two_sided_p(None, dof + 1) is None
     # Monotone and against the normal limit for many degrees of freedom.
-    assert transfer._two_sided_p(1.0, dof + 1) > transfer._two_sided_p(2.0, dof + 1)
-    assert transfer._two_sided_p(1.959964, 10_001) == pytest.approx(0.05, abs=1e-4)
+    assert evaluation.two_sided_p(1.0, dof + 1) > evaluation.two_sided_p(2.0, dof + 1)
+    assert evaluation.two_sided_p(1.959964, 10_001) == pytest.approx(0.05, abs=1e-4)
 
 
 def test_glomo_variants_are_also_paired_with_the_uniform_graph():
@@ -192,7 +193,7 @@ def test_glomo_variants_are_also_paired_with_the_uniform_graph():
     assert against_uniform["glomo_rnn"]["mean_difference"] == pytest.approx(d.mean())
     t = d.mean() / (d.std(ddof=1) / np.sqrt(3))
     assert against_uniform["glomo_rnn"]["t"] == pytest.approx(t)
-    markdown = transfer.format_markdown(summary, "mr", "seeded")
+    markdown = evaluation.format_markdown(summary, "mr", "seeded")
     assert "| variant - uniform |" in markdown
     assert "| glomo_rnn | 3 | +2.00 | 3 / 0 / 0 |" in markdown
     assert markdown.count("| glomo_rnn | 3 |") == 3  # accuracy row, vs baseline, vs uniform

@@ -102,8 +102,8 @@ def test_hypermodel_builds_every_combination():
                 assert model.built and model.optimizer is not None
                 assert model.optimizer.global_clipnorm == 1.0
                 assert all(dec.context_length == d for dec in model.decoders)
-                config = model.get_config()
-                built.add((config["context_length"], config["num_heads"], config["threshold"]))
+                predictor = model.graph_predictor
+                built.add((model.context_length, predictor.num_heads, predictor.threshold))
     assert len(built) == 8
     with pytest.raises(ValueError, match="divisible"):
         GlomoHyperModel(20, num_heads=(3,), hidden_dim=8)
@@ -145,7 +145,7 @@ def test_random_search_runs_and_resumes_without_rerunning(tmp_path):
 # ------------------------------------------------------------------------------ CLI
 def glomo_tune(*argv):
     original = cli.build_parser
-    cli.build_parser = functools.partial(original, [("tune", "glomo_tf.tuning.cli")])
+    cli.build_parser = functools.partial(original, [("tune", "glomo_tf.cli.tune")])
     try:
         return cli.main(["tune", *argv])
     finally:

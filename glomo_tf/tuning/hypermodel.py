@@ -30,17 +30,19 @@ import keras_tuner
 import numpy as np
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.models.pretrainer import GlomoPretrainer, _ids_from_data
 
 OBJECTIVE_NAME = "val_first_unit_loss"
 OBJECTIVE = keras_tuner.Objective(OBJECTIVE_NAME, "min")
-TUNERS = ("random", "hyperband", "bayesian")
+TUNERS = hparams.TUNERS
 # Names of the tuned hyper-parameters, and their column in results_table.
 HYPERPARAMETERS = (("context_length", "D"), ("num_heads", "heads"), ("num_layers", "layers"),
                    ("threshold", "threshold"), ("learning_rate", "lr"))
 # Fixed GlomoPretrainer settings of every trial unless ``fixed`` overrides them.
-DEFAULT_FIXED = dict(conv_layers=4, kernel_size=3, normalization="squared_relu",
-                     composition="gru", decoder_layers=2, num_positions=20, dropout=0.0)
+DEFAULT_FIXED = {k: hparams.PRETRAIN_COMMAND[k] for k in (
+    "conv_layers", "kernel_size", "normalization", "composition", "decoder_layers",
+    "num_positions", "dropout")}
 # Most logits held at once by first_unit_loss (the decoder computes all D units' logits).
 LOGITS_BUDGET = 2 ** 25
 

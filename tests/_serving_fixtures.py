@@ -1,4 +1,4 @@
-"""Small SavedModels with several signatures, for the serving tests and benchmarks.
+"""Small SavedModels with several signatures, for the serving tests.
 
 :func:`write_toy_model` writes a ``tf.Module`` whose signatures cover what a model server must
 carry: strings in and out (``serving_default``), several float/int inputs with static output

@@ -1,84 +1,16 @@
-"""``glomo extract``: the graphs a pretrained predictor draws over your sentences.
+"""What learned graphs look like: extraction over sentences and statistics (``glomo extract``).
 
-Reads a run directory written by ``glomo pretrain`` (``RUN/graph_predictor.keras`` and
-``RUN/tokenizer/``), or a predictor file and a tokenizer directory given separately, tokenizes the
-sentences exactly as pretraining did, and
-
-* prints, for every unit, its strongest sources in each direction (graph averaged over heads, per
-  layer): ``--top-k`` of them with their weights;
-* writes ``--png``: heatmaps with the units on both axes, one panel per direction and layer;
-* writes ``--json``: the tokens and the head-averaged graphs ``[2, L, T, T]`` of every sentence;
-* prints with ``--stats`` what the graphs look like over all the sentences, per direction and
-  layer (every head pooled): the share of live rows, the weight on adjacent units, the mean
-  distance to the sources, the number of sources with weight, the rows' entropy and the weight
-  on ``<unk>`` sources (see :class:`GraphStatistics`), and the same for uniform graphs over
-  the same units as the reference.
-
-Examples::
-
-    glomo extract --run runs/wiki --text "the film was released in may" --png graphs.png
-    glomo extract --model runs/wiki/graph_predictor.keras --tokenizer runs/wiki/tokenizer \\
-        --file sentences.txt --json graphs.json
-    glomo extract --run runs/wiki --file ../shared/data/mr/rt-polarity.* --stats --top-k 0
+* :func:`extract`: the tokens and head-averaged graphs ``[2, L, n, n]`` of each sentence, read with
+  the predictor's own tokenizer;
+* :class:`GraphStatistics`: per direction and layer, over many sentences, the share of live rows,
+  the weight on adjacent units, the mean distance to the sources, the sources per row, the rows'
+  entropy and the weight on ``<unk>``; the same for uniform graphs over the same units;
+* :func:`format_edges`, :func:`format_statistics`, :func:`graphs_figure`: text and pictures.
 """
-
-import json
-import os
 
 import numpy as np
 
-from glomo_tf.cli import UsageError, add_pretrained_arguments, pretrained_paths
-
-DIRECTIONS = ("forward", "backward")
-
-
-def register(subparsers):
-    parser = subparsers.add_parser(
-        "extract", help="graphs of a pretrained predictor over sentences (table, PNG, JSON)",
-        description=__doc__.split("\n\n")[0])
-    add_pretrained_arguments(parser)
-    text = parser.add_argument_group("sentences")
-    text.add_argument("--text", action="append", default=[], help="a sentence (repeatable)")
-    text.add_argument("--file", nargs="+", default=[], metavar="FILE",
-                      help="text files, one sentence per line")
-    parser.add_argument("--max-length", type=int, default=128,
-                        help="units kept per sentence (default 128)")
-    parser.add_argument("--top-k", type=int, default=2,
-                        help="strongest sources printed per unit and direction (default 2; 0 prints "
-                             "nothing)")
-    parser.add_argument("--png", help="write heatmaps of the first sentences here")
-    parser.add_argument("--png-sentences", type=int, default=1,
-                        help="sentences drawn in --png (default 1)")
-    parser.add_argument("--json", help="write tokens and head-averaged graphs here")
-    parser.add_argument("--stats", action="store_true",
-                        help="print statistics of the graphs over all the sentences")
-    parser.add_argument("--stats-json", metavar="PATH",
-                        help="with --stats, also write the statistics (the predictor's and the "
-                             "uniform graphs') as JSON here")
-    parser.add_argument("--batch-size", type=int, default=128,
-                        help="sentences per predictor call (default 128)")
-    parser.set_defaults(func=run)
-    return parser
-
-
-def _paths(args):
-    model, tokenizer = pretrained_paths(args)
-    if model is None:
-        raise UsageError("Say which predictor to use: --run RUN_DIR, or --model FILE.keras "
-                         "--tokenizer DIR.")
-    return model, tokenizer
-
-
-def _sentences(args):
-    sentences = list(args.text)
-    for path in args.file:
-        if not os.path.isfile(path):
-            raise UsageError(f"--file {path!r} does not exist.")
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            sentences += [line.strip() for line in handle if line.strip()]
-    if not sentences:
-        raise UsageError("No sentences: pass --text \"...\" (repeatable) or --file FILE.")
-    return sentences
+from glomo_tf.hparams import DIRECTIONS
 
 
 def extract(predictor, tokenizer, sentences, max_length=128, batch_size=128, statistics=None,
@@ -216,56 +148,16 @@ def format_edges(item, top_k):
     return lines
 
 
-def run(args):
-    if args.max_length < 1 or args.top_k < 0 or args.png_sentences < 1 or args.batch_size < 1:
-        raise UsageError("--max-length, --png-sentences and --batch-size must be >= 1, "
-                         "--top-k >= 0.")
-    if args.stats_json and not args.stats:
-        raise UsageError("--stats-json writes the statistics of --stats: pass --stats too.")
-    model_path, tokenizer_path = _paths(args)
-    sentences = _sentences(args)
-    from glomo_tf.data.vocabulary import Tokenizer
-    from glomo_tf.saving import load_graph_predictor
+def graphs_figure(items, sentences=1):
+    """A figure of heatmaps: per sentence of ``items`` (from :func:`extract`, the first
+    ``sentences``), one panel per direction and layer (heads averaged)."""
+    from glomo_tf import viz
 
-    tokenizer = Tokenizer.load(tokenizer_path)
-    predictor = load_graph_predictor(model_path)
-    statistics = GraphStatistics() if args.stats else None
-    uniform = GraphStatistics() if args.stats else None
-    try:
-        items = extract(predictor, tokenizer, sentences, args.max_length, args.batch_size,
-                        statistics, uniform)
-    except ValueError as error:  # a vocabulary that does not match the model
-        raise UsageError(str(error)) from None
-    if args.top_k:
-        print("Strongest sources per unit (heads averaged; fw/bw = forward/backward, then the "
-              "layer): source@position weight")
-        for item in items:
-            print("\n".join(format_edges(item, args.top_k)))
-    if args.png:
-        from glomo_tf import viz
-        panels = [dict(graph=item["graphs"][z, layer], tokens=item["tokens"],
-                       title=f"{name} graph, layer {layer + 1} (heads averaged)")
-                  for item in items[:args.png_sentences]
-                  for z, name in enumerate(DIRECTIONS)
-                  for layer in range(item["graphs"].shape[1])]
-        layers = items[0]["graphs"].shape[1]
-        viz.figure_to_png(viz.panels_figure(panels, columns=2 * layers if layers < 3 else layers,
-                                            panel_size=5.0,
-                                            suptitle="G[t, s]: row t receives from column s"),
-                          args.png)
-        print(f"\nWrote {args.png}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump([{"text": item["text"], "tokens": item["tokens"],
-                        "graphs": np.round(item["graphs"], 5).tolist()} for item in items],
-                      handle)
-        print(f"Wrote {args.json}")
-    if statistics is not None:
-        print("\n".join(format_statistics(statistics.result(), uniform.result())))
-    if args.stats_json:
-        with open(args.stats_json, "w", encoding="utf-8") as handle:
-            json.dump({"model": model_path, "files": list(args.file), "texts": len(args.text),
-                       "max_length": args.max_length, "predictor": statistics.result(),
-                       "uniform": uniform.result()}, handle, indent=1)
-        print(f"Wrote {args.stats_json}")
-    return 0
+    panels = [dict(graph=item["graphs"][z, layer], tokens=item["tokens"],
+                   title=f"{name} graph, layer {layer + 1} (heads averaged)")
+              for item in items[:sentences]
+              for z, name in enumerate(DIRECTIONS)
+              for layer in range(item["graphs"].shape[1])]
+    layers = items[0]["graphs"].shape[1]
+    return viz.panels_figure(panels, columns=2 * layers if layers < 3 else layers,
+                             panel_size=5.0, suptitle="G[t, s]: row t receives from column s")

@@ -5,12 +5,14 @@ integer, one more than the newest already there unless ``--version`` is given. E
 
     glomo export --model run/pretrainer.keras --vocab run/tokenizer \\
         --export-dir serving/models --model-name glomo
+
+The command parses the flags, then calls :func:`glomo_tf.export.saved_model.export_saved_model`.
 """
 
 import argparse
 import os
 
-from glomo_tf.cli import UsageError
+from glomo_tf.cli.common import UsageError
 
 DEFAULT_MAX_LENGTH = 256  # glomo_tf.export.DEFAULT_MAX_LENGTH (not imported: --help stays fast)
 DEFAULT_TOP_K = 8

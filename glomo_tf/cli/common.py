@@ -1,0 +1,45 @@
+"""What the ``glomo`` commands share: :class:`UsageError` and the pretrained-predictor flags."""
+
+import os
+
+
+class UsageError(Exception):
+    """An error in the user's input or environment, reported without a traceback."""
+
+
+def add_pretrained_arguments(parser):
+    """``--run`` or ``--model`` + ``--tokenizer``: a pretrained predictor and its tokenizer."""
+    group = parser.add_argument_group("pretrained graphs")
+    group.add_argument("--run", help="a glomo pretrain output directory")
+    group.add_argument("--model", help="a graph_predictor.keras file (instead of --run)")
+    group.add_argument("--tokenizer", help="its tokenizer directory (with --model)")
+    return group
+
+
+def pretrained_paths(args):
+    """``(predictor file, tokenizer directory)`` named by ``--run`` or ``--model``/``--tokenizer``.
+
+    Returns ``(None, None)`` when neither is given (callers say whether that is an error); raises
+    :class:`UsageError` for half-given or missing paths.
+    """
+    if args.run:
+        if args.model or args.tokenizer:
+            raise UsageError("Give either --run, or --model and --tokenizer, not both.")
+        if not os.path.isdir(args.run):
+            raise UsageError(f"--run {args.run!r} is not a directory; pass the --output-dir of a "
+                             "glomo pretrain run.")
+        model = os.path.join(args.run, "graph_predictor.keras")
+        tokenizer = os.path.join(args.run, "tokenizer")
+    elif args.model or args.tokenizer:
+        if not (args.model and args.tokenizer):
+            raise UsageError("--model and --tokenizer go together (the predictor reads the ids of "
+                             "its own tokenizer).")
+        model, tokenizer = args.model, args.tokenizer
+    else:
+        return None, None
+    if not os.path.isfile(model):
+        raise UsageError(f"No graph predictor at {model!r}: a glomo pretrain run writes "
+                         "graph_predictor.keras when it finishes.")
+    if not os.path.exists(tokenizer):
+        raise UsageError(f"No tokenizer at {tokenizer!r} (a directory with vocab.txt).")
+    return model, tokenizer

@@ -1,0 +1,126 @@
+"""``glomo extract``: the graphs a pretrained predictor draws over your sentences.
+
+Parses the flags, then calls :func:`glomo_tf.analysis.extract` and prints or writes what it found.
+
+Reads a run directory written by ``glomo pretrain`` (``RUN/graph_predictor.keras`` and
+``RUN/tokenizer/``), or a predictor file and a tokenizer directory given separately, tokenizes the
+sentences exactly as pretraining did, and
+
+* prints, for every unit, its strongest sources in each direction (graph averaged over heads, per
+  layer): ``--top-k`` of them with their weights;
+* writes ``--png``: heatmaps with the units on both axes, one panel per direction and layer;
+* writes ``--json``: the tokens and the head-averaged graphs ``[2, L, T, T]`` of every sentence;
+* prints with ``--stats`` what the graphs look like over all the sentences, per direction and
+  layer (every head pooled): the share of live rows, the weight on adjacent units, the mean
+  distance to the sources, the number of sources with weight, the rows' entropy and the weight
+  on ``<unk>`` sources (see :class:`GraphStatistics`), and the same for uniform graphs over
+  the same units as the reference.
+
+Examples::
+
+    glomo extract --run runs/wiki --text "the film was released in may" --png graphs.png
+    glomo extract --model runs/wiki/graph_predictor.keras --tokenizer runs/wiki/tokenizer \\
+        --file sentences.txt --json graphs.json
+    glomo extract --run runs/wiki --file ../shared/data/mr/rt-polarity.* --stats --top-k 0
+"""
+
+import json
+import os
+
+import numpy as np
+
+from glomo_tf.analysis import (GraphStatistics, extract, format_edges, format_statistics,
+                               graphs_figure)
+from glomo_tf.cli.common import UsageError, add_pretrained_arguments, pretrained_paths
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "extract", help="graphs of a pretrained predictor over sentences (table, PNG, JSON)",
+        description=__doc__.split("\n\n")[0])
+    add_pretrained_arguments(parser)
+    text = parser.add_argument_group("sentences")
+    text.add_argument("--text", action="append", default=[], help="a sentence (repeatable)")
+    text.add_argument("--file", nargs="+", default=[], metavar="FILE",
+                      help="text files, one sentence per line")
+    parser.add_argument("--max-length", type=int, default=128,
+                        help="units kept per sentence (default 128)")
+    parser.add_argument("--top-k", type=int, default=2,
+                        help="strongest sources printed per unit and direction (default 2; 0 prints "
+                             "nothing)")
+    parser.add_argument("--png", help="write heatmaps of the first sentences here")
+    parser.add_argument("--png-sentences", type=int, default=1,
+                        help="sentences drawn in --png (default 1)")
+    parser.add_argument("--json", help="write tokens and head-averaged graphs here")
+    parser.add_argument("--stats", action="store_true",
+                        help="print statistics of the graphs over all the sentences")
+    parser.add_argument("--stats-json", metavar="PATH",
+                        help="with --stats, also write the statistics (the predictor's and the "
+                             "uniform graphs') as JSON here")
+    parser.add_argument("--batch-size", type=int, default=128,
+                        help="sentences per predictor call (default 128)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _paths(args):
+    model, tokenizer = pretrained_paths(args)
+    if model is None:
+        raise UsageError("Say which predictor to use: --run RUN_DIR, or --model FILE.keras "
+                         "--tokenizer DIR.")
+    return model, tokenizer
+
+
+def _sentences(args):
+    sentences = list(args.text)
+    for path in args.file:
+        if not os.path.isfile(path):
+            raise UsageError(f"--file {path!r} does not exist.")
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            sentences += [line.strip() for line in handle if line.strip()]
+    if not sentences:
+        raise UsageError("No sentences: pass --text \"...\" (repeatable) or --file FILE.")
+    return sentences
+
+
+def run(args):
+    if args.max_length < 1 or args.top_k < 0 or args.png_sentences < 1 or args.batch_size < 1:
+        raise UsageError("--max-length, --png-sentences and --batch-size must be >= 1, "
+                         "--top-k >= 0.")
+    if args.stats_json and not args.stats:
+        raise UsageError("--stats-json writes the statistics of --stats: pass --stats too.")
+    model_path, tokenizer_path = _paths(args)
+    sentences = _sentences(args)
+    from glomo_tf.data.vocabulary import Tokenizer
+    from glomo_tf.saving import load_graph_predictor
+
+    tokenizer = Tokenizer.load(tokenizer_path)
+    predictor = load_graph_predictor(model_path)
+    statistics = GraphStatistics() if args.stats else None
+    uniform = GraphStatistics() if args.stats else None
+    items = extract(predictor, tokenizer, sentences, args.max_length, args.batch_size,
+                    statistics, uniform)  # ValueError: a vocabulary that does not match
+    if args.top_k:
+        print("Strongest sources per unit (heads averaged; fw/bw = forward/backward, then the "
+              "layer): source@position weight")
+        for item in items:
+            print("\n".join(format_edges(item, args.top_k)))
+    if args.png:
+        from glomo_tf import viz
+        viz.figure_to_png(graphs_figure(items, args.png_sentences), args.png)
+        print(f"\nWrote {args.png}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump([{"text": item["text"], "tokens": item["tokens"],
+                        "graphs": np.round(item["graphs"], 5).tolist()} for item in items],
+                      handle)
+        print(f"Wrote {args.json}")
+    if statistics is not None:
+        print("\n".join(format_statistics(statistics.result(), uniform.result())))
+    if args.stats_json:
+        with open(args.stats_json, "w", encoding="utf-8") as handle:
+            json.dump({"model": model_path, "files": list(args.file), "texts": len(args.text),
+                       "max_length": args.max_length, "predictor": statistics.result(),
+                       "uniform": uniform.result()}, handle, indent=1)
+        print(f"Wrote {args.stats_json}")
+    return 0

@@ -1,0 +1,155 @@
+"""``glomo serve``: ``tensorflow_model_server``'s flags, then a
+:class:`glomo_tf.serving.server.ModelServer` until SIGTERM or Ctrl-C."""
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from glomo_tf.cli.common import UsageError
+from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, ModelServer,
+                                     parse_batching_parameters)
+
+log = logging.getLogger("glomo_tf.serving")
+DESCRIPTION = ("``glomo serve``: a development model server that speaks TF Serving's REST and "
+               "gRPC APIs.")
+
+
+def _bool(text):
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "serve", help="serve SavedModels over TF Serving's REST and gRPC APIs",
+        description=DESCRIPTION + " Flags follow tensorflow_model_server's; "
+        "both --flag=value and --flag value work.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--port", type=int, default=8500, help="gRPC port")
+    p.add_argument("--rest_api_port", type=int, default=8501,
+                   help="REST port (0 turns the REST API off)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (0.0.0.0 for every interface)")
+    p.add_argument("--model_name", default="default", help="name of the model in requests")
+    p.add_argument("--model_base_path", help="directory holding the numeric version directories")
+    p.add_argument("--model_config_file",
+                   help="ModelServerConfig text proto (model_config_list) for several models")
+    p.add_argument("--model_config_file_poll_wait_seconds", type=float, default=0,
+                   help="re-read --model_config_file this often (0: never)")
+    p.add_argument("--file_system_poll_wait_seconds", type=float, default=1,
+                   help="seconds between scans for new model versions (0: never)")
+    p.add_argument("--saved_model_tags", default="serve",
+                   help="comma-separated MetaGraph tags to load")
+    p.add_argument("--max_num_load_retries", type=int, default=5,
+                   help="retries for a version that fails to load")
+    p.add_argument("--enable_batching", type=_bool, nargs="?", const=True, default=True,
+                   help="merge concurrent requests into batches (where outputs allow it)")
+    p.add_argument("--batching_parameters_file",
+                   help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, "
+                        "num_batch_threads, max_enqueued_batches)")
+    for field, default in DEFAULT_BATCHING.items():
+        p.add_argument(f"--{field}", type=int, default=None,
+                       help=f"batching {field.replace('_', ' ')} (overrides the batching "
+                            f"parameters file; default {default})")
+    p.add_argument("--rest_api_timeout_in_ms", type=int, default=30000,
+                   help="how long a REST request may wait for its batch")
+    p.add_argument("--rest_api_enable_cors_support", type=_bool, nargs="?", const=True,
+                   default=False, help="send CORS headers")
+    p.add_argument("--grpc_max_threads", type=int, default=16, help="gRPC worker threads")
+    p.add_argument("--max_request_bytes", type=int, default=64 << 20,
+                   help="largest REST body / gRPC message accepted")
+    ignored = p.add_argument_group("accepted for tensorflow_model_server compatibility, ignored")
+    for flag in IGNORED_FLAGS:
+        ignored.add_argument(f"--{flag}", dest=f"ignored_{flag}", metavar="VALUE", nargs="?",
+                             const="true", default=None)
+    p.set_defaults(func=run)
+
+
+def server_from_args(args):
+    """Check the flags and build (not start) the :class:`ModelServer` they describe."""
+    if bool(args.model_base_path) == bool(args.model_config_file):
+        raise UsageError("give either --model_base_path (with --model_name) or "
+                         "--model_config_file")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be a port number, got {args.port}")
+    if not 0 <= args.rest_api_port < 65536:
+        raise UsageError(f"--rest_api_port must be a port number or 0, got {args.rest_api_port}")
+    batching = dict(DEFAULT_BATCHING)
+    if args.batching_parameters_file:
+        try:
+            with open(args.batching_parameters_file, encoding="utf-8") as f:
+                batching.update(parse_batching_parameters(f.read()))
+        except (OSError, ValueError) as error:
+            raise UsageError(f"--batching_parameters_file: {error}") from None
+    for field in DEFAULT_BATCHING:
+        if getattr(args, field) is not None:
+            batching[field] = getattr(args, field)
+    for field in ("max_batch_size", "num_batch_threads", "max_enqueued_batches"):
+        if batching[field] < 1:
+            raise UsageError(f"{field} must be at least 1, got {batching[field]}")
+    if batching["batch_timeout_micros"] < 0:
+        raise UsageError("batch_timeout_micros must be at least 0")
+    if args.model_base_path and not os.path.isdir(args.model_base_path):
+        raise UsageError(f"--model_base_path {args.model_base_path} is not a directory")
+    for flag in IGNORED_FLAGS:
+        if getattr(args, f"ignored_{flag}", None) is not None:
+            log.warning("--%s has no effect in glomo serve; ignored", flag)
+    tags = tuple(t.strip() for t in args.saved_model_tags.split(",") if t.strip())
+    common = dict(host=args.host, grpc_port=args.port,
+                  rest_port=args.rest_api_port or None, enable_batching=args.enable_batching,
+                  file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
+                  model_config_file_poll_wait_seconds=args.model_config_file_poll_wait_seconds,
+                  rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
+                  max_request_bytes=args.max_request_bytes, saved_model_tags=tags,
+                  cors=args.rest_api_enable_cors_support, grpc_max_threads=args.grpc_max_threads,
+                  max_num_load_retries=args.max_num_load_retries, **batching)
+    try:
+        if args.model_config_file:
+            server = ModelServer(model_config_file=args.model_config_file, **common)
+            for model in server.models:
+                if not os.path.isdir(model.base_path):
+                    raise UsageError(f"model {model.name}: base_path {model.base_path} is not a "
+                                     "directory")
+            return server
+        return ModelServer(model_name=args.model_name, model_base_path=args.model_base_path,
+                           **common)
+    except (OSError, ValueError) as error:
+        raise UsageError(str(error)) from None
+
+
+def run(args):
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    server = server_from_args(args)
+    try:
+        server.start()
+    except OSError as error:
+        raise UsageError(f"cannot start: {error}") from None
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if server.grpc_target:
+            log.info("Running gRPC ModelServer at %s:%d ...", server.host, server.grpc_port)
+        if server.rest_url:
+            log.info("Exporting HTTP/REST API at:%s:%d ...", server.host, server.rest_port)
+        log.info("serving %s", ", ".join(f"{m.name} ({m.base_path})" for m in server.models))
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        log.info("shutting down")
+        server.stop()
+    return 0

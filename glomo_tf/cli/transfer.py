@@ -1,0 +1,108 @@
+"""``glomo transfer``: text classification with and without transferred GLoMo graphs.
+
+The flags of :class:`glomo_tf.experiments.TransferConfig`, then
+:func:`glomo_tf.experiments.run_transfer`. It trains the classifier variants of
+:mod:`glomo_tf.models.classifier` (``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, and the related models ``cn3`` and
+``shared_private``) on a labelled dataset for several seeds, with ``model.fit`` (early stopping on
+validation accuracy, best weights restored), and reports test accuracy per variant and a paired
+comparison of each other variant with the baseline on the same seeds and splits.
+
+The pretrained graph predictor and its tokenizer come from a ``glomo pretrain`` run
+(``--run RUN_DIR``: ``RUN/graph_predictor.keras`` and ``RUN/tokenizer/``) or are given separately
+(``--model FILE.keras --tokenizer DIR``). Every variant then reads the pretraining tokenizer's ids.
+Without a predictor only ``--variants baseline uniform cn3 shared_private`` can run; the tokenizer
+is then built from each split's training texts.
+
+Splits: ``--split seeded`` (default) holds out a seeded 10% test set and carves a 10% validation
+set from the rest; ``--split kfold --folds 10`` runs every fold (the seed shuffles the folds and
+draws the validation set; a seed's accuracy is the mean over its folds). ``sst2`` and ``sst5`` use
+the official train/dev/test files, ``imdb`` and ``sst2_tfds`` tensorflow-datasets' official test
+sets (``sst2_tfds``: the GLUE validation split).
+
+Outputs in ``--output-dir``: ``results.json`` (every run: dataset, variant, seed, fold, accuracy,
+epochs run, seconds) and ``results.md`` (mean ± std accuracy per variant, paired comparison per
+seed with the baseline: mean difference, wins/ties/losses, paired t statistic).
+
+Examples::
+
+    glomo transfer --run runs/wiki --dataset mr --seeds 0 1 2 3 4 --output-dir runs/wiki/mr
+    glomo transfer --dataset subj --variants baseline uniform --split kfold --output-dir subj
+    glomo transfer --dataset mr --variants baseline cn3 shared_private --seeds 0 1 2 3 4 \\
+        --output-dir mr-related
+    glomo transfer --run runs/wiki --dataset file --file reviews.tsv --text-column review \\
+        --label-column stars --output-dir runs/wiki/reviews
+"""
+
+import dataclasses
+import os
+
+from glomo_tf import hparams
+from glomo_tf.cli.common import add_pretrained_arguments, pretrained_paths
+from glomo_tf.experiments import DATASETS, SPLITS, TransferConfig, run_transfer
+
+D = TransferConfig(dataset="", output_dir="")  # the defaults
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "transfer", help="text classification with and without transferred graphs (results table)",
+        description=__doc__.split("\n\n")[0])
+    add_pretrained_arguments(parser)
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", required=True, metavar="|".join(DATASETS),
+                      help="mr, subj (Pang & Lee), sst2, sst5 (SST sentences, official "
+                           "train/dev/test), file (your own, --file), imdb, sst2_tfds (tfds)")
+    data.add_argument("--data-dir", help="mr/subj/sst2/sst5: the folder holding the files "
+                                         "(default: the project's ../shared/data); "
+                                         "imdb/sst2_tfds: tfds data_dir")
+    data.add_argument("--file", help="--dataset file: a .tsv/.csv file with a header, or a "
+                                     "directory with one .txt file or sub-directory per class")
+    data.add_argument("--text-column", default=D.text_column,
+                      help="text column of --file (default text)")
+    data.add_argument("--label-column", default=D.label_column,
+                      help="label column of --file (default label)")
+    data.add_argument("--max-length", type=int, default=D.max_length,
+                      help="units kept per text (default 64)")
+    exp = parser.add_argument_group("experiment")
+    exp.add_argument("--variants", nargs="+", default=list(D.variants), metavar="VARIANT",
+                     help=f"any of {' '.join(hparams.VARIANTS)} (default {' '.join(D.variants)}); "
+                          f"{' and '.join(hparams.PREDICTOR_VARIANTS)} need a pretrained predictor "
+                          "(--run, or --model and --tokenizer)")
+    exp.add_argument("--seeds", nargs="+", type=int, default=D.seeds)
+    exp.add_argument("--split", choices=SPLITS, default=D.split,
+                     help="seeded 90/10 test split (default) or k-fold cross-validation")
+    exp.add_argument("--folds", type=int, default=D.folds,
+                     help="folds of --split kfold (default 10)")
+    model = parser.add_argument_group("model and training")
+    model.add_argument("--embedding-dim", type=int, default=D.embedding_dim)
+    model.add_argument("--rnn-units", type=int, default=D.rnn_units)
+    model.add_argument("--attention-heads", type=int, default=D.attention_heads)
+    model.add_argument("--dropout", type=float, default=D.dropout)
+    model.add_argument("--num-mixtures", type=int, default=D.num_mixtures)
+    model.add_argument("--transfer-dropout", type=float, default=D.transfer_dropout,
+                       help="dropout on GlomoTransfer's fused input [H ; M H ...] (GLoMo and "
+                            "uniform variants; default 0.0)")
+    model.add_argument("--epochs", type=int, default=D.epochs)
+    model.add_argument("--patience", type=int, default=D.patience,
+                       help="epochs without a better validation accuracy before stopping")
+    model.add_argument("--batch-size", type=int, default=D.batch_size)
+    model.add_argument("--learning-rate", type=float, default=D.learning_rate,
+                       help="Adam learning rate")
+    parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=D.verbose,
+                        help="model.fit verbosity (1: progress bar)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args):
+    model, tokenizer = pretrained_paths(args)
+    names = {field.name for field in dataclasses.fields(TransferConfig)}
+    settings = {k: v for k, v in vars(args).items() if k in names and k not in ("model",
+                                                                                   "tokenizer")}
+    config = TransferConfig(model=model, tokenizer=tokenizer, **settings)
+    record = {k: v for k, v in vars(args).items() if k != "func"}  # the flags as given
+    markdown = run_transfer(config, record=record)
+    print("\n" + markdown)
+    print(f"Wrote {os.path.join(config.output_dir, 'results.json')} and results.md")
+    return 0

@@ -1,0 +1,312 @@
+"""Downstream experiments: text classifiers with and without transferred GLoMo graphs.
+
+:func:`run_transfer` trains the classifier variants of :func:`glomo_tf.models.build_classifier`
+(``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, and the related models ``cn3``
+and ``shared_private``) on a labelled dataset for several seeds, with ``model.fit`` (early stopping
+on validation accuracy, best weights restored), and writes the test accuracy of every run and the
+paired comparisons (:mod:`glomo_tf.evaluation`) to ``results.json`` and ``results.md``. It is what
+``glomo transfer`` runs; :class:`TransferConfig` holds its settings.
+
+Splits: ``split="seeded"`` (default) holds out a seeded 10% test set and carves a 10% validation
+set from the rest; ``split="kfold"`` runs every fold (the seed shuffles the folds and draws the
+validation set; a seed's accuracy is the mean over its folds). ``sst2``/``sst5`` use the official
+train/dev/test files, ``imdb`` and ``sst2_tfds`` tensorflow-datasets' official test sets.
+"""
+
+import dataclasses
+import os
+import time
+from typing import Optional
+
+import numpy as np
+
+from glomo_tf import evaluation, hparams
+from glomo_tf.data.batching import bucketed_training_batches, encode, length_sorted_batches
+
+DATASETS = ("mr", "subj", "sst2", "sst5", "file", "imdb", "sst2_tfds")
+TFDS_NAMES = {"imdb": "imdb_reviews", "sst2_tfds": "glue/sst2"}
+# Datasets read from files with an official split: train for training, dev for validation.
+SST_DATASETS = {"sst2": False, "sst5": True}  # name -> fine_grained
+SPLITS = ("seeded", "kfold")
+VALIDATION_FRACTION = 0.1
+TEST_FRACTION = 0.1
+
+
+@dataclasses.dataclass
+class TransferConfig:
+    """The settings of one downstream experiment (``glomo transfer``'s flags, one field each).
+
+    ``model`` and ``tokenizer`` are a pretrained graph predictor's ``.keras`` file and its
+    tokenizer directory; without them only ``baseline``, ``uniform``, ``cn3`` and
+    ``shared_private`` can run (the tokenizer is then built from each split's training texts).
+    """
+
+    dataset: str
+    output_dir: str
+    model: Optional[str] = None
+    tokenizer: Optional[str] = None
+    data_dir: Optional[str] = None
+    file: Optional[str] = None
+    text_column: str = "text"
+    label_column: str = "label"
+    max_length: int = 64
+    variants: list = dataclasses.field(default_factory=lambda: list(hparams.DEFAULT_VARIANTS))
+    seeds: list = dataclasses.field(default_factory=lambda: [0, 1, 2, 3, 4])
+    split: str = "seeded"
+    folds: int = 10
+    embedding_dim: int = 128
+    rnn_units: int = 128
+    attention_heads: int = 4
+    dropout: float = 0.3
+    num_mixtures: int = 2
+    transfer_dropout: float = 0.0
+    epochs: int = 10
+    patience: int = 2
+    batch_size: int = 50
+    learning_rate: float = 1e-3
+    verbose: int = 1
+
+    def validated(self):
+        """A copy with variants and seeds deduplicated; raises ``ValueError`` naming the setting
+        to change."""
+        c = dataclasses.replace(self, variants=list(dict.fromkeys(self.variants)),
+                                seeds=list(dict.fromkeys(self.seeds)))
+        if c.dataset not in DATASETS:
+            raise ValueError(f"Unknown --dataset {c.dataset!r}; choose one of "
+                             f"{', '.join(DATASETS)}.")
+        unknown = [v for v in c.variants if v not in hparams.VARIANTS]
+        if unknown:
+            raise ValueError(f"Unknown variant(s) {', '.join(unknown)}; choose from "
+                             f"{' '.join(hparams.VARIANTS)}.")
+        if c.dataset == "file" and not c.file:
+            raise ValueError("--dataset file needs --file PATH (a .tsv/.csv file or a directory).")
+        if c.file and c.dataset != "file":
+            raise ValueError("--file is read with --dataset file only.")
+        if c.split not in SPLITS:
+            raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {c.split!r}.")
+        if c.split == "kfold" and (c.dataset in TFDS_NAMES or c.dataset in SST_DATASETS):
+            raise ValueError(f"--dataset {c.dataset} has an official test set; use --split "
+                             "seeded.")
+        if c.split == "kfold" and c.folds < 2:
+            raise ValueError("--folds must be >= 2.")
+        for name in ("max_length", "epochs", "batch_size", "embedding_dim", "rnn_units",
+                     "attention_heads", "num_mixtures"):
+            if getattr(c, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1.")
+        if c.patience < 0 or not 0.0 <= c.dropout < 1.0 or c.learning_rate <= 0:
+            raise ValueError("--patience must be >= 0, --dropout in [0, 1), --learning-rate > 0.")
+        if not 0.0 <= c.transfer_dropout < 1.0:
+            raise ValueError(f"--transfer-dropout must be in [0, 1), got {c.transfer_dropout}.")
+        needing = [v for v in c.variants if v in hparams.PREDICTOR_VARIANTS]
+        if c.model is None and needing:
+            raise ValueError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
+                             "predictor: pass --run RUN_DIR (or --model and --tokenizer), or run "
+                             "only --variants baseline uniform cn3 shared_private.")
+        return c
+
+
+# ---------------------------------------------------------------------------------- data
+def load_task(config):
+    """``(texts, labels, class_names, official)`` of ``config.dataset``: ``official`` is None, or
+    for datasets with an official split a dict with the test split's ``(texts, labels)`` under
+    ``"test"`` and the validation split's under ``"validation"`` (None: carved from the training
+    texts)."""
+    from glomo_tf.data import labeled
+
+    try:
+        if config.dataset in SST_DATASETS:
+            fine = SST_DATASETS[config.dataset]
+            texts, labels, class_names = labeled.load_sst("train", fine, config.data_dir)
+            dev = labeled.load_sst("dev", fine, config.data_dir)[:2]
+            test = labeled.load_sst("test", fine, config.data_dir)[:2]
+            return texts, labels, class_names, {"test": test, "validation": dev}
+        if config.dataset == "mr":
+            return (*labeled.load_mr(config.data_dir), None)
+        if config.dataset == "subj":
+            return (*labeled.load_subj(config.data_dir), None)
+        if config.dataset == "file":
+            return (*labeled.load_labeled_text(config.file, config.text_column,
+                                               config.label_column), None)
+        name = TFDS_NAMES[config.dataset]
+        _, _, train_split, test_split = labeled.TFDS_TEXT_DATASETS[name]
+        texts, labels, class_names = labeled.load_tfds_text(name, train_split,
+                                                            data_dir=config.data_dir)
+        test_texts, test_labels, _ = labeled.load_tfds_text(name, test_split,
+                                                            data_dir=config.data_dir)
+        return texts, labels, class_names, {"test": (test_texts, test_labels), "validation": None}
+    except (FileNotFoundError, ImportError) as error:
+        raise ValueError(str(error).replace("\n", " ")) from None
+
+
+def splits(num_examples, split, folds, seed):
+    """``[(fold, train, validation, test)]`` index arrays for one seed (``fold`` None when
+    seeded); the validation set is carved from the training part."""
+    from glomo_tf.data.labeled import kfold_splits, seeded_split
+
+    if split == "kfold":
+        parts = [(fold, train, test) for fold, (train, test)
+                 in enumerate(kfold_splits(num_examples, folds, seed))]
+    else:
+        train, test = seeded_split(num_examples, TEST_FRACTION, seed)
+        parts = [(None, train, test)]
+    out = []
+    for fold, train, test in parts:
+        keep, validation = seeded_split(len(train), VALIDATION_FRACTION, seed)
+        out.append((fold, train[keep], train[validation], test))
+    return out
+
+
+# ---------------------------------------------------------------------------------- training
+def train_and_evaluate(model, train, validation, test, *, learning_rate=1e-3, patience=2,
+                       epochs=10, batch_size=50, verbose=1, seed=0):
+    """Compiles and fits ``model`` on ``(ids, labels)`` pairs; returns the test accuracy (the
+    fraction of exact argmax hits, so equal counts give equal accuracies) and the epochs run.
+
+    Adam at ``learning_rate``, early stopping on validation accuracy after ``patience`` epochs
+    without improvement (best weights restored), at most ``epochs``. Training batches are
+    length-bucketed and validation/test batches length-sorted, each cut to its longest text (see
+    :func:`glomo_tf.data.batching.bucketed_training_batches`)."""
+    import keras
+
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
+                                         patience=patience, restore_best_weights=True)
+    # Inference needs no gradients: twice the training batch (fewer steps, fewer partial batches).
+    inference_batch = 2 * batch_size
+    validation_data, _ = length_sorted_batches(*validation, inference_batch)
+    history = model.fit(bucketed_training_batches(*train, batch_size, seed),
+                        validation_data=validation_data, epochs=epochs,
+                        shuffle=False,  # the bucketed dataset reshuffles itself every epoch
+                        callbacks=[stop], verbose=verbose)
+    test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
+                                             inference_batch)
+    probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
+    probabilities[order] = model.predict(test_data, verbose=0)
+    accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
+    return accuracy, len(history.history["loss"])
+
+
+# ---------------------------------------------------------------------------------- report
+def write_results(output_dir, config, runs, variants, split_description):
+    """Writes ``results.json`` (config, runs, summary) and ``results.md``; returns the Markdown."""
+    summary = evaluation.summarize(runs, variants)
+    import json
+
+    with open(os.path.join(output_dir, "results.json"), "w", encoding="utf-8") as handle:
+        json.dump({"config": config, "runs": runs, "summary": summary}, handle, indent=2)
+    markdown = evaluation.format_markdown(summary, config["dataset"], split_description)
+    with open(os.path.join(output_dir, "results.md"), "w", encoding="utf-8") as handle:
+        handle.write(markdown)
+    return markdown
+
+
+# ---------------------------------------------------------------------------------- the experiment
+def describe_split(config, official):
+    """One line saying how the data is split, as results.md writes it."""
+    if official is not None and official["validation"] is not None:
+        return "official train/dev/test split"
+    if official is not None:
+        return "official test split, 10% of training for validation"
+    if config.split == "kfold":
+        return f"{config.folds}-fold cross-validation, mean over folds per seed"
+    return "seeded 90/10 split, 10% of training for validation"
+
+
+def run_transfer(config, record=None):
+    """Runs every variant of a :class:`TransferConfig` on every seed (and fold), writing
+    ``results.json`` and ``results.md`` to ``config.output_dir`` after each run; returns the
+    Markdown report. ``record`` (a dict) is stored in results.json's ``config`` along with the
+    settings (the command line's own flags, for example). Raises ``ValueError`` for settings or
+    data to change, before any training."""
+    config = config.validated()
+    texts, labels, class_names, official = load_task(config)
+    if len(class_names) < 2 or len(np.unique(labels)) < 2:
+        raise ValueError(f"The {config.dataset} data holds a single class: a classifier needs "
+                         "two.")
+    try:
+        os.makedirs(config.output_dir, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"Cannot create --output-dir {config.output_dir!r}: {error}") from None
+
+    import keras
+
+    from glomo_tf.data.vocabulary import Tokenizer, check_vocabulary_matches
+    from glomo_tf.models.classifier import build_classifier
+    from glomo_tf.saving import load_graph_predictor
+
+    predictor = tokenizer = None
+    if config.model:
+        try:
+            tokenizer = Tokenizer.load(config.tokenizer)
+            predictor = load_graph_predictor(config.model)
+        except FileNotFoundError as error:
+            raise ValueError(str(error).replace("\n", " ")) from None
+        check_vocabulary_matches(tokenizer.vocabulary, predictor)
+    fixed_ids = encode(tokenizer, texts, config.max_length) if tokenizer else None
+    split_description = describe_split(config, official)
+    print(f"{config.dataset}: {len(texts)} examples, classes {class_names}; variants "
+          f"{' '.join(config.variants)}; seeds {' '.join(map(str, config.seeds))}; "
+          f"{split_description}")
+    saved_config = {**dataclasses.asdict(config), **(record or {}), "class_names": class_names}
+    training = dict(learning_rate=config.learning_rate, patience=config.patience,
+                    epochs=config.epochs, batch_size=config.batch_size, verbose=config.verbose)
+    runs, markdown = [], ""
+    for seed in config.seeds:
+        if official is not None and official["validation"] is not None:
+            seed_splits = [(None, np.arange(len(texts)), None, None)]
+        elif official is not None:
+            keep, validation = _seeded_split(len(texts), VALIDATION_FRACTION, seed)
+            seed_splits = [(None, keep, validation, None)]
+        else:
+            seed_splits = splits(len(texts), config.split, config.folds, seed)
+        for fold, train, validation, test in seed_splits:
+            if tokenizer is None:  # no pretraining: the task's own training texts
+                split_tokenizer = Tokenizer.build([texts[i] for i in train])
+                ids = encode(split_tokenizer, texts, config.max_length)
+                vocabulary_size = split_tokenizer.vocabulary_size
+            else:
+                ids, vocabulary_size = fixed_ids, tokenizer.vocabulary_size
+            encoder = tokenizer or split_tokenizer
+            test_data = (_encoded(official["test"], encoder, config.max_length)
+                         if test is None else (ids[test], labels[test]))
+            validation_data = (_encoded(official["validation"], encoder, config.max_length)
+                               if validation is None else (ids[validation], labels[validation]))
+            for variant in config.variants:
+                where = f"seed {seed}" + ("" if fold is None else
+                                          f", fold {fold + 1}/{config.folds}")
+                print(f"\n== {config.dataset} | {variant} | {where}")
+                keras.utils.set_random_seed(seed)
+                model = build_classifier(
+                    vocabulary_size, len(class_names), variant, graph_predictor=predictor,
+                    embedding_dim=config.embedding_dim, rnn_units=config.rnn_units,
+                    attention_heads=config.attention_heads, dropout=config.dropout,
+                    num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout)
+                start = time.perf_counter()
+                accuracy, epochs_run = train_and_evaluate(
+                    model, (ids[train], labels[train]), validation_data, test_data, seed=seed,
+                    **training)
+                seconds = time.perf_counter() - start
+                print(f"   test accuracy {100 * accuracy:.2f} after {epochs_run} epoch(s), "
+                      f"{seconds:.1f}s")
+                runs.append({"dataset": config.dataset, "variant": variant, "seed": seed,
+                             "fold": fold, "accuracy": accuracy, "epochs_run": epochs_run,
+                             "seconds": round(seconds, 3), "train_examples": int(len(train)),
+                             "validation_examples": int(len(validation_data[1])),
+                             "test_examples": int(len(test_data[1]))})
+                markdown = write_results(config.output_dir, saved_config, runs, config.variants,
+                                         split_description)
+                del model
+    return markdown
+
+
+def _encoded(split, tokenizer, max_length):
+    """``(ids, labels)`` of an official ``(texts, labels)`` split, encoded as the training texts."""
+    texts, labels = split
+    return encode(tokenizer, texts, max_length), labels
+
+
+def _seeded_split(num_examples, fraction, seed):
+    from glomo_tf.data.labeled import seeded_split
+
+    return seeded_split(num_examples, fraction, seed)

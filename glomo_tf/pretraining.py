@@ -1,0 +1,400 @@
+"""Unsupervised GLoMo pretraining on a real corpus, resumable after a crash (``glomo pretrain``).
+
+``run_pretraining(PretrainingConfig(output_dir=..., train=[...], ...))`` runs what the command runs.
+
+A run lives in one output directory::
+
+    RUN/config.json              every setting of the run (checked again when resuming)
+    RUN/tokenizer/               vocab.txt + tokenizer.json (the asset used at transfer/serving time)
+    RUN/checkpoints/ckpt-N/      crash-safe checkpoints (weights, optimizer state, step, epoch)
+    RUN/logs/                    TensorBoard: scalars, hyper-parameters, images of learned graphs
+    RUN/pretrainer.keras         the whole model, at the end
+    RUN/graph_predictor.keras    the graph predictor alone, for GlomoTransfer (glomo_tf.load_graph_predictor)
+    RUN/metrics.json             final validation loss/perplexity, tokens/s, wall time
+
+Running the same command again on the same ``--output-dir`` resumes from the newest checkpoint: the
+step counter, the optimizer state and the data position carry on exactly (each epoch's shuffle
+order is a function of the seed and the epoch number, and the batches already trained on in the
+interrupted epoch are skipped).
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Optional
+
+from glomo_tf import hparams
+from glomo_tf.runs import refuse_changed_settings
+
+_MODEL = hparams.PRETRAIN_COMMAND
+# GlomoPretrainer.from_sizes' arguments among the settings (initial_threshold keeps its default).
+MODEL_ARGS = tuple(k for k in _MODEL if k != "initial_threshold")
+# Settings that may change between a run and its resumption (everything else must match).
+RESUMABLE = ("epochs", "checkpoint_every", "early_stopping", "probe", "verbose", "strategy", "tpu")
+OPTIMIZERS = ("sgd", "adam")
+SCHEDULES = ("plateau", "constant", "cosine")
+SPLITTERS = ("whitespace", "unicode_script")
+
+
+# ---------------------------------------------------------------------- settings
+@dataclasses.dataclass
+class PretrainingConfig:
+    """Every setting of a pretraining run (``glomo pretrain``'s flags, one field each).
+
+    The model's defaults are :data:`glomo_tf.hparams.PRETRAIN_COMMAND`. :meth:`validated` checks
+    the settings and fills the defaults that depend on others; :func:`run_pretraining` runs them.
+    """
+
+    output_dir: str
+    # data
+    train: Optional[list] = None
+    tfds: Optional[str] = None
+    tfds_split: str = "train"
+    tfds_text_key: Optional[str] = None
+    validation: Optional[list] = None
+    validation_fraction: float = 0.0
+    vocab: Optional[str] = None
+    vocab_size: int = 100_000
+    min_count: int = 1
+    splitter: str = "whitespace"
+    lowercase: bool = False
+    subword: bool = False
+    window: int = 200
+    shift: int = 100
+    # model (GlomoPretrainer.from_sizes)
+    hidden_dim: int = _MODEL["hidden_dim"]
+    num_layers: int = _MODEL["num_layers"]
+    num_heads: int = _MODEL["num_heads"]
+    head_dim: Optional[int] = _MODEL["head_dim"]
+    conv_layers: int = _MODEL["conv_layers"]
+    kernel_size: int = _MODEL["kernel_size"]
+    threshold: str = _MODEL["threshold"]
+    normalization: str = _MODEL["normalization"]
+    coupled: bool = _MODEL["coupled"]
+    composition: str = _MODEL["composition"]
+    context_length: int = _MODEL["context_length"]
+    decoder_layers: int = _MODEL["decoder_layers"]
+    num_positions: Optional[int] = _MODEL["num_positions"]
+    objective: str = _MODEL["objective"]
+    dropout: float = _MODEL["dropout"]
+    live_row_weight: float = _MODEL["live_row_weight"]
+    live_row_margin: float = _MODEL["live_row_margin"]
+    # optimisation
+    optimizer: str = "sgd"
+    learning_rate: Optional[float] = None
+    momentum: float = 0.2
+    clipnorm: float = 0.25
+    schedule: str = "plateau"
+    epochs: int = 10
+    steps_per_epoch: Optional[int] = None
+    batch_size: Optional[int] = None
+    global_batch_size: Optional[int] = None
+    early_stopping: int = 0
+    seed: int = 0
+    jit: bool = False
+    mixed_precision: bool = False
+    # run
+    strategy: str = "default"
+    tpu: Optional[str] = None
+    checkpoint_every: int = 200
+    probe: Optional[list] = None
+    verbose: int = 1
+
+    def validated(self):
+        """A copy with the defaults that depend on other settings filled in (batch size 32,
+        learning rate 1.0 for SGD and 1e-3 for Adam, no probes); raises ``ValueError`` naming the
+        setting to change."""
+        c = dataclasses.replace(self)
+        if not c.train and not c.tfds:
+            raise ValueError("give the corpus with --train FILE... (text files or globs) or "
+                             "--tfds NAME.")
+        if c.train and c.tfds:
+            raise ValueError("--train and --tfds are alternatives; pass one of them.")
+        if c.num_positions is not None and c.num_positions < 1:
+            raise ValueError(f"--positions must be a positive integer or 'all', got "
+                             f"{c.num_positions}.")
+        if c.batch_size is not None and c.global_batch_size is not None:
+            raise ValueError("--batch-size (per replica) and --global-batch-size are alternatives.")
+        if c.batch_size is None and c.global_batch_size is None:
+            c.batch_size = 32
+        if c.learning_rate is None:
+            c.learning_rate = 1.0 if c.optimizer == "sgd" else 1e-3
+        if c.live_row_weight < 0 or c.live_row_margin < 0:
+            raise ValueError("--live-row-weight and --live-row-margin must be >= 0.")
+        if c.window <= c.context_length:
+            raise ValueError(f"--window ({c.window}) must be longer than --context-length "
+                             f"({c.context_length}).")
+        hparams.check_heads_divide(c.hidden_dim, c.num_heads, ("--hidden-dim", "--num-heads"))
+        if c.validation and c.validation_fraction:
+            raise ValueError("--validation and --validation-fraction are alternatives.")
+        if c.probe is None:
+            c.probe = []
+        return c
+
+    def model_args(self):
+        """``GlomoPretrainer.from_sizes``' keyword arguments."""
+        return {k: getattr(self, k) for k in MODEL_ARGS}
+
+def check_resumable(saved, current):
+    """Raises ``ValueError`` when a resumed run was started with different settings."""
+    refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
+                            "Resume with the same settings, or start a new run with another "
+                            "--output-dir.")
+
+
+def make_optimizer(s):
+    """The run's optimizer (SGD with momentum or Adam, global gradient-norm clip) of a
+    :class:`PretrainingConfig`."""
+    import keras
+
+    from glomo_tf.training import clip_summed_gradient
+    clip = s.clipnorm or None
+    if s.optimizer == "sgd":
+        optimizer = keras.optimizers.SGD(s.learning_rate, momentum=s.momentum,
+                                         global_clipnorm=clip)
+    else:
+        optimizer = keras.optimizers.Adam(s.learning_rate, global_clipnorm=clip)
+    # --clipnorm then means the same under every --strategy (Keras clips each replica's share).
+    return clip_summed_gradient(optimizer)
+
+
+# ---------------------------------------------------------------------- data
+def load_corpus(s):
+    from glomo_tf.data import corpus
+    try:
+        if s.tfds:
+            return corpus.tfds_lines(s.tfds, s.tfds_split, text_key=s.tfds_text_key)
+        return corpus.text_lines(s.train)
+    except (ValueError, FileNotFoundError, ImportError, TypeError) as error:
+        raise ValueError(str(error)) from None
+
+
+def load_or_build_tokenizer(s, lines, run_dir):
+    """The run's tokenizer: the saved one when resuming, else ``--vocab``, else built (and saved
+    by the chief; other workers build the same one from the same corpus, and never read a
+    directory the chief may be writing)."""
+    from glomo_tf import training
+    from glomo_tf.data.vocabulary import Tokenizer
+    saved = os.path.join(run_dir, "tokenizer")
+    resuming = _resuming(run_dir) and os.path.isfile(os.path.join(saved, "vocab.txt"))
+    source = saved if resuming else s.vocab
+    if source:
+        try:
+            return Tokenizer.load(source)
+        except (ValueError, FileNotFoundError, OSError) as error:
+            raise ValueError(f"cannot load the tokenizer from {source}: {error}") from None
+    print(f"Building the vocabulary (at most {s.vocab_size} units) ...", flush=True)
+    start = time.perf_counter()
+    tokenizer = Tokenizer.build(lines, max_size=s.vocab_size, min_count=s.min_count,
+                                splitter=s.splitter, lowercase=s.lowercase,
+                                subword=s.subword)
+    where = ""
+    if training.is_chief():
+        tokenizer.save(saved)
+        where = f" -> {saved}"
+    print(f"  {tokenizer.vocabulary_size} units in {time.perf_counter() - start:.1f}s{where}")
+    return tokenizer
+
+
+def epoch_stream(windows, global_batch, steps_per_epoch, seed, first_epoch, last_epoch,
+                 skip_batches=0):
+    """Batches of epochs ``first_epoch .. last_epoch - 1``, each shuffled by ``(seed, epoch)``.
+
+    Every epoch is ``steps_per_epoch`` batches of a shuffle that depends only on the seed and the
+    epoch number, so a resumed run sees exactly the batches it would have seen; the first
+    ``skip_batches`` batches (already trained on) are skipped.
+    """
+    import tensorflow as tf
+
+    def one_epoch(epoch):
+        shuffled = windows.shuffle(10_000, seed=seed * 100_003 + epoch,
+                                   reshuffle_each_iteration=False)
+        return shuffled.repeat().batch(global_batch, drop_remainder=True).take(steps_per_epoch)
+
+    stream = one_epoch(first_epoch)
+    for epoch in range(first_epoch + 1, last_epoch):
+        stream = stream.concatenate(one_epoch(epoch))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.deterministic = True
+    # The trailing repeat() is never consumed (fit takes exactly the steps asked for); it keeps
+    # Keras from reporting the end of a finite dataset as running out of data.
+    return stream.skip(skip_batches).repeat().prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+# ---------------------------------------------------------------------- the run
+def run_pretraining(config):
+    """Runs (or resumes) the pretraining a :class:`PretrainingConfig` describes, in its
+    ``output_dir``; returns 0. Raises ``ValueError`` for settings or data to change."""
+    from glomo_tf import training
+    s = config.validated()
+    run_dir = s.output_dir
+    os.makedirs(run_dir, exist_ok=True)
+    config_path = os.path.join(run_dir, "config.json")
+    # Only a run with a checkpoint is resumed; a directory whose run never got that far (e.g. it
+    # stopped on a usage error) starts afresh with the new settings.
+    if _resuming(run_dir) and os.path.isfile(config_path):
+        with open(config_path) as f:
+            check_resumable(json.load(f), dataclasses.asdict(s))
+    if training.is_chief():  # on a shared file system, one writer
+        with open(config_path, "w") as f:
+            json.dump(dataclasses.asdict(s), f, indent=1)
+    return _pretrain(s, run_dir)
+
+
+def _resuming(run_dir):
+    from glomo_tf import training
+    return bool(training.list_checkpoints(os.path.join(run_dir, "checkpoints")))
+
+
+def _pretrain(s, run_dir):
+    import keras
+
+    from glomo_tf import training
+    from glomo_tf.data.corpus import pretraining_datasets
+    from glomo_tf.data.vocabulary import check_vocabulary_matches
+    from glomo_tf.models.pretrainer import GlomoPretrainer
+    from glomo_tf.saving import save_graph_predictor
+
+    started = time.perf_counter()
+    keras.utils.set_random_seed(s.seed)
+    if s.mixed_precision:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    strategy = training.make_strategy(s.strategy, s.tpu)  # a ConfigurationError is a ValueError
+    replicas = strategy.num_replicas_in_sync
+    global_batch = s.global_batch_size or s.batch_size * replicas
+    if global_batch % replicas:
+        raise ValueError(f"--global-batch-size {global_batch} is not divisible by the "
+                         f"{replicas} replicas.")
+
+    lines = load_corpus(s)
+    tokenizer = load_or_build_tokenizer(s, lines, run_dir)
+    validation_lines = load_corpus(dataclasses.replace(s, train=s.validation, tfds=None)) \
+        if s.validation else None
+    try:
+        stream_batches, validation = pretraining_datasets(
+            lines, tokenizer, window=s.window, shift=s.shift, batch_size=global_batch,
+            validation_fraction=s.validation_fraction, validation_lines=validation_lines,
+            seed=s.seed, shuffle_buffer=0)
+    except (ValueError, TypeError) as error:
+        raise ValueError(str(error)) from None
+    windows = stream_batches.unbatch()
+    steps_per_epoch = s.steps_per_epoch or _count_batches(stream_batches)
+
+    with strategy.scope():
+        model = GlomoPretrainer.from_sizes(tokenizer.vocabulary_size, **s.model_args(),
+                                           seed=s.seed)
+        model.compile(optimizer=make_optimizer(s), jit_compile=bool(s.jit))
+        model.build()
+    check_vocabulary_matches(tokenizer, model)
+
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    restored = training.restore_latest(model, checkpoints)
+    step = int(model.optimizer.iterations.numpy())
+    first_epoch, done_in_epoch = divmod(step, steps_per_epoch)
+    if restored:
+        print(f"Resuming from {restored['path']}: step {step}, epoch {first_epoch + 1}, "
+              f"batch {done_in_epoch} of {steps_per_epoch}.", flush=True)
+    if first_epoch >= s.epochs:
+        print(f"Already trained for {s.epochs} epochs ({step} steps); raise --epochs to "
+              "train more.")
+        _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s=None)
+        return 0
+
+    callbacks = _callbacks(s, model, tokenizer, run_dir, checkpoints, global_batch, validation)
+    fit_kwargs = dict(validation_data=validation, callbacks=callbacks, verbose=s.verbose,
+                      shuffle=False)
+    if validation is not None:  # a known length keeps Keras from warning at the end of each pass
+        fit_kwargs["validation_steps"] = int(validation.reduce(0, lambda n, _: n + 1).numpy())
+    history = []
+    if done_in_epoch:  # finish the interrupted epoch first
+        data = epoch_stream(windows, global_batch, steps_per_epoch, s.seed, first_epoch,
+                            first_epoch + 1, skip_batches=done_in_epoch)
+        history.append(model.fit(data, initial_epoch=first_epoch, epochs=first_epoch + 1,
+                                 steps_per_epoch=steps_per_epoch - done_in_epoch, **fit_kwargs))
+        first_epoch += 1
+    if first_epoch < s.epochs and not model.stop_training:
+        data = epoch_stream(windows, global_batch, steps_per_epoch, s.seed, first_epoch,
+                            s.epochs)
+        history.append(model.fit(data, initial_epoch=first_epoch, epochs=s.epochs,
+                                 steps_per_epoch=steps_per_epoch, **fit_kwargs))
+    tokens_per_s = [v for h in history for v in h.history.get("tokens_per_s", [])]
+    _save_outputs(model, run_dir, s, validation, started, save_graph_predictor,
+                  tokens_per_s=tokens_per_s[-1] if tokens_per_s else None)
+    return 0
+
+
+def _count_batches(dataset):
+    print("Counting the training windows (pass --steps-per-epoch to skip this) ...", flush=True)
+    count = int(dataset.reduce(0, lambda n, _: n + 1).numpy())
+    print(f"  {count} batches per epoch")
+    return count
+
+
+def _callbacks(s, model, tokenizer, run_dir, checkpoints, global_batch, validation):
+    import keras
+
+    from glomo_tf import training
+    callbacks = [
+        training.ThroughputLogger(global_batch * s.window),
+        training.CrashSafeCheckpoint(checkpoints, every_steps=s.checkpoint_every),
+    ]
+    if validation is not None and s.schedule == "plateau":
+        callbacks.append(keras.callbacks.ReduceLROnPlateau("val_loss", factor=0.5, patience=0,
+                                                           verbose=1))
+    if s.schedule == "cosine":
+        base, total = s.learning_rate, s.epochs
+        callbacks.append(keras.callbacks.LearningRateScheduler(
+            lambda epoch, lr: 0.5 * base * (1 + __import__("math").cos(3.14159265 * epoch / total))))
+    if s.early_stopping:
+        callbacks.append(keras.callbacks.EarlyStopping(
+            "val_loss" if validation is not None else "loss", patience=s.early_stopping))
+    log_dir = os.path.join(run_dir, "logs") if training.is_chief() else \
+        os.path.join(run_dir, "logs", f".worker-{os.getpid()}")
+    callbacks.append(training.HyperparameterLogger(log_dir, dataclasses.asdict(s)))
+    probes = s.probe or training.DEFAULT_PROBES
+    callbacks.append(training.GraphImageLogger(log_dir, tokenizer, probes, max_length=s.window))
+    callbacks.append(training.StepTensorBoard(log_dir, update_freq=max(1, s.checkpoint_every
+                                                                        // 4)))
+    return callbacks
+
+
+def _liveness(model, dataset, batches=4):
+    """Live-row shares of the learned graphs on a few validation batches (see ops.live_rows)."""
+    import numpy as np
+
+    from glomo_tf import ops
+    shares = []
+    for batch in dataset.take(batches):
+        ids = batch[0] if isinstance(batch, tuple) else batch
+        outputs = model.graph_predictor(ids, training=False)
+        shares.append(ops.live_rows(outputs["graphs"], outputs["padding_mask"]).numpy())
+    if not shares:
+        return {}
+    live = np.mean(shares, axis=0)  # [2, L, K]
+    return {"live_rows": {d: np.round(live[z], 3).tolist()
+                          for z, d in enumerate(("forward", "backward"))},
+            "dead_graphs": int((live == 0).sum())}
+
+
+def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s):
+    from glomo_tf import training
+    metrics = {"steps": int(model.optimizer.iterations.numpy()),
+               "train_tokens_per_s": tokens_per_s,
+               "wall_time_s": round(time.perf_counter() - started, 1)}
+    if validation is not None:  # on every worker: evaluate's collective ops need them all
+        result = model.evaluate(validation, verbose=0, return_dict=True)
+        metrics.update({"val_loss": float(result["loss"]),
+                        "val_perplexity": float(result["perplexity"])})
+        metrics.update(_liveness(model, validation))
+    if not training.is_chief():
+        return
+    model.save(os.path.join(run_dir, "pretrainer.keras"))
+    save_graph_predictor(model.graph_predictor, os.path.join(run_dir, "graph_predictor.keras"))
+    with open(os.path.join(run_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    print(json.dumps(metrics))
+    print(f"Saved {run_dir}/pretrainer.keras, graph_predictor.keras and tokenizer/.")
+
+
