@@ -244,6 +244,8 @@ def recovery_line(recovery):
 
 def format_report(result):
     """The recovery table printed by ``glomo demo``."""
+    from glomo_tf.data import planted
+
     recovery = result["recovery"]
     edges = recovery["forward"]["planted_edges"]
     lines = [
@@ -259,7 +261,7 @@ def format_report(result):
         f"{'direction':<10} {'best head':>22} {'heads averaged':>22} {'positional bound':>20} "
         f"{'chance':>8} {'random key':>11}",
     ]
-    for name in ("forward", "backward"):
+    for name in planted.DIRECTIONS:
         r = recovery[name]
         best, avg, pos = r["best_head"], r["best_layer_head_average"], r["positional_baseline"]
         lines.append(
@@ -270,13 +272,13 @@ def format_report(result):
             f"{r['chance']:>8.3f} {r['random_key']:>11.3f}")
     lines.append("")
     pairs = result["corpus"]["num_pairs"]
-    value_ce = {name: recovery[name]["value_cross_entropy"] for name in ("forward", "backward")}
+    value_ce = {name: recovery[name]["value_cross_entropy"] for name in planted.DIRECTIONS}
     lines.append(f"planted value's cross-entropy at the marker (nats; log {pairs} = "
                  f"{np.log(pairs):.2f} is a guess among the values): forward "
                  f"{value_ce['forward']:.3f}, backward {value_ce['backward']:.3f}")
     lines.append("")
     lines.append("per layer and head (rows: layers, columns: heads):")
-    for name in ("forward", "backward"):
+    for name in planted.DIRECTIONS:
         for layer, shares in enumerate(recovery[name]["share_per_layer_head"]):
             cells = " ".join(f"{s:.3f}" for s in shares)
             lines.append(f"  {name:<9} layer {layer + 1}: {cells}")

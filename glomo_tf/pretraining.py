@@ -374,7 +374,7 @@ def _liveness(model, dataset, batches=4):
         return {}
     live = np.mean(shares, axis=0)  # [2, L, K]
     return {"live_rows": {d: np.round(live[z], 3).tolist()
-                          for z, d in enumerate(("forward", "backward"))},
+                          for z, d in enumerate(hparams.DIRECTIONS)},
             "dead_graphs": int((live == 0).sum())}
 
 

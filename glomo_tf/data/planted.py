@@ -41,10 +41,12 @@ import dataclasses
 
 import numpy as np
 
+from glomo_tf import hparams
+
 BUILTIN_TRAIN_SEED = 20180
 BUILTIN_TEST_SEED = 20181
 FORWARD, BACKWARD = 0, 1
-DIRECTIONS = ("forward", "backward")
+DIRECTIONS = hparams.DIRECTIONS
 ZIPF_EXPONENT = 1.1
 # Columns of PlantedCorpus.edges.
 EDGE_COLUMNS = ("sequence", "direction", "receiver", "source")

@@ -59,12 +59,13 @@ TensorShape([1, 2])
 import keras
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.layers.related import ContextualizedNonLocal, SharedPrivateRNN
 
-VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "cn3", "shared_private")
-PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")
+VARIANTS = hparams.VARIANTS
+PREDICTOR_VARIANTS = hparams.PREDICTOR_VARIANTS
 CN3_LAYERS = 1  # graph layers of the cn3 variant (see the module docstring)
 SHARED_FRACTION = 0.5  # shared part of the shared_private variant's state (paper, Figure 2)
 
