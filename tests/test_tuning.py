@@ -185,7 +185,7 @@ def test_cli_planted_end_to_end(tmp_path, capsys):
     (["--planted", "--tuner", "grid"], "--tuner must be one of"),
     ([], "give the data with --train"),
     (["--planted", "--max-trials", "0"], "--max-trials must be >= 1"),
-    (["--planted", "--hidden-dim", "6", "--heads", "4"], "not divisible"),
+    (["--planted", "--hidden-dim", "6", "--heads", "4"], "must be divisible by --heads (4)"),
     (["--train", "missing-*.txt"], "No file matches"),
 ])
 def test_cli_usage_errors(tmp_path, capsys, argv, message):

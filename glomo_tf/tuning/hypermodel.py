@@ -92,10 +92,8 @@ class GlomoHyperModel(keras_tuner.HyperModel):
         if unknown:
             raise ValueError(f"thresholds must be 'query' or 'scalar', got {unknown}.")
         self.hidden_dim = int(hidden_dim)
-        bad = [k for k in self.num_heads if self.hidden_dim % k]
-        if bad:
-            raise ValueError(f"hidden_dim={self.hidden_dim} must be divisible by every head count; "
-                             f"it is not by {bad}.")
+        for heads in self.num_heads:  # every head count
+            hparams.check_heads_divide(self.hidden_dim, heads)
         tuned = {"context_length", "num_heads", "num_layers", "threshold", "hidden_dim",
                  "vocabulary_size", "seed"}
         clash = sorted(tuned & set(fixed or {}))

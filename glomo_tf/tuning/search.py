@@ -84,10 +84,8 @@ class SearchConfig:
         if min(s.learning_rates) <= 0:
             raise ValueError(f"--learning-rates must be > 0, got {s.learning_rates}.")
         s.learning_rates = sorted(set(s.learning_rates))
-        bad = [k for k in s.heads if s.hidden_dim % k]
-        if bad:
-            raise ValueError(f"--hidden-dim {s.hidden_dim} is not divisible by --heads {bad}: "
-                             "the feature predictor splits the features into heads.")
+        for heads in s.heads:
+            hparams.check_heads_divide(s.hidden_dim, heads, ("--hidden-dim", "--heads"))
         if s.window is None:
             s.window = PLANTED_WINDOW if s.planted else TEXT_WINDOW
         if s.window <= max(s.context_lengths):
