@@ -1,12 +1,16 @@
 """Graph math shared by the layers: admissibility masks, Eq. 1 normalisation, chained products.
 
-Conventions (see DESIGN.md): graphs are row-stochastic, ``G[..., t, s]`` is the weight that the
-receiving position ``t`` puts on the source position ``s``; direction 0 is forward (sources
-``s < t``), direction 1 is backward (sources ``s > t``). All functions take and return tensors of the
-TensorFlow backend and work under ``tf.function`` and XLA.
+Conventions: a graph ``G[..., t, s]`` holds the weight that the receiving position ``t`` puts on
+the source position ``s``, and each row is a distribution over the row's admissible sources (it
+sums to 1), or all zero when the row has none (or, with the learned threshold, no source above
+it). Direction 0 is forward (sources ``s < t``), direction 1 backward (sources ``s > t``), both in
+the original time order; padded positions (token id 0) are never sources. All functions take and
+return tensors of the TensorFlow backend and work under ``tf.function`` and XLA.
 """
 
 import tensorflow as tf
+
+from glomo_tf.layers._common import masked_softmax
 
 FORWARD = 0
 BACKWARD = 1
@@ -78,9 +82,7 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
     elif normalization == "softmax":
         if threshold is not None:
             scores = scores - threshold
-        masked = tf.where(admissible > 0, scores, -1e30)
-        row_max = tf.stop_gradient(tf.reduce_max(masked, axis=-1, keepdims=True))
-        weights = tf.exp(tf.minimum(masked - row_max, 0.0)) * admissible
+        return tf.cast(masked_softmax(scores, admissible, epsilon), out_dtype)
     else:
         raise ValueError(
             f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")

@@ -14,7 +14,7 @@ import time
 import keras
 import tensorflow as tf
 
-from glomo_tf import ops
+from glomo_tf import _keras_private, ops
 
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 LATEST = "latest"
@@ -80,10 +80,12 @@ def clip_summed_gradient(optimizer):
     several replicas) and each scales its own share by the factor of that sum. The optimizer
     stays a plain Keras optimizer (it is saved and loaded as one; a loaded copy clips the Keras
     way again). Returns ``optimizer``.
-    """
-    keras_clip = optimizer._clip_gradients
 
-    def clip_gradients(grads):
+    Keras has no public hook for this: :func:`glomo_tf._keras_private.replace_gradient_clipping`
+    installs it.
+    """
+
+    def clip_gradients(grads, keras_clip):
         context = tf.distribute.get_replica_context()
         if (not optimizer.global_clipnorm or context is None
                 or context.num_replicas_in_sync == 1):
@@ -95,8 +97,7 @@ def clip_summed_gradient(optimizer):
         scale = clip / tf.maximum(norm, clip)  # the formula of keras.ops.clip_by_global_norm
         return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
 
-    optimizer._clip_gradients = clip_gradients
-    return optimizer
+    return _keras_private.replace_gradient_clipping(optimizer, clip_gradients)
 
 
 # ---------------------------------------------------------------------- checkpoints

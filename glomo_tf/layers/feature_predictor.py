@@ -3,6 +3,8 @@
 import keras
 import tensorflow as tf
 
+from glomo_tf.layers._common import compute_cast, gru_update
+
 COMPOSITIONS = ("gru", "residual", "projected")
 
 
@@ -127,15 +129,9 @@ class FeaturePredictor(keras.layers.Layer):
         gates_x = gates_x + self._w(self.input_bias)
         gates_h = tf.einsum("bzti,zio->bzto", features, self._w(self.recurrent_kernel))
         gates_h = gates_h + self._w(self.recurrent_bias)
-        x_r, x_z, x_n = tf.split(gates_x, 3, axis=-1)
-        h_r, h_z, h_n = tf.split(gates_h, 3, axis=-1)
-        reset = tf.sigmoid(x_r + h_r)
-        update = tf.sigmoid(x_z + h_z)
-        candidate = tf.tanh(x_n + reset * h_n)
-        return update * features + (1.0 - update) * candidate
+        return gru_update(gates_x, gates_h, features)
 
-    def _w(self, variable):
-        return tf.cast(variable, self.compute_dtype)
+    _w = compute_cast
 
     def compute_output_shape(self, features_shape, graphs_shape):
         return (graphs_shape[0], 2, graphs_shape[2], graphs_shape[4], self.hidden_dim)

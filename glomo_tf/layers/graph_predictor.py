@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import ops
+from glomo_tf.layers._common import compute_cast
 from glomo_tf.layers.feature_predictor import COMPOSITIONS, FeaturePredictor
 
 THRESHOLDS = ("query", "scalar")
@@ -259,8 +260,7 @@ class GraphPredictor(keras.layers.Layer):
         return tf.gather(self._w(self.embeddings), token_ids)
 
     # ------------------------------------------------------------------ pieces
-    def _w(self, variable):
-        return tf.cast(variable, self.compute_dtype)
+    _w = compute_cast
 
     def _locked_dropout(self, stacks):
         """One dropout mask per stack and sequence, shared along time (reference LockedDropout)."""

@@ -2,14 +2,10 @@
 
 import keras
 import tensorflow as tf
-from keras.src import backend as keras_backend
+
+from glomo_tf.layers._common import attached_mask, compute_cast, masked_softmax
 
 CONTEXTS = ("lstm", "cnn")
-
-
-def attached_mask(tensor):
-    """The Keras mask attached to ``tensor`` (e.g. by ``Embedding(mask_zero=True)``), or None."""
-    return keras_backend.get_keras_mask(tensor)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -137,8 +133,7 @@ class ContextualizedNonLocal(keras.layers.Layer):
         self.built = True
 
     # ------------------------------------------------------------------ pieces
-    def _w(self, variable):
-        return tf.cast(variable, self.compute_dtype)
+    _w = compute_cast
 
     def node_attributes(self, inputs, maskf, node_features=None, training=False):
         """``v = [x ; context(x) ; node_features]``, zero at padded positions, ``[B, T, a]``."""
@@ -168,7 +163,9 @@ class ContextualizedNonLocal(keras.layers.Layer):
         if edge_features is not None:
             hidden += tf.einsum("btse,eu->btsu", edge_features, self._w(self.edge_kernel[layer]))
         scores = tf.einsum("btsu,u->bts", tf.tanh(hidden), self._w(self.score_vector[layer]))
-        return masked_softmax(scores, maskf[..., 0])
+        # Real sources of real receivers; padded receivers get all-zero rows.
+        admissible = maskf[:, None, :, 0] * maskf  # [B, T, T]
+        return masked_softmax(scores, admissible)
 
     def update_nodes(self, layer, states, graph, maskf):
         """Eqs. 4-6: ``h' = g * (alpha h) + (1 - g) * h``, zero at padded positions."""
@@ -224,14 +221,3 @@ class ContextualizedNonLocal(keras.layers.Layer):
                        "context": self.context, "edge_dim": self.edge_dim,
                        "dropout": self.dropout, "return_graphs": self.return_graphs})
         return config
-
-
-def masked_softmax(scores, source_mask):
-    """Softmax over the last axis restricted to ``source_mask [B, S]``; padded receivers (rows
-    whose own position is masked, ``scores`` being square) get all-zero rows."""
-    admissible = source_mask[:, None, :] * source_mask[:, :, None]  # [B, T, T]
-    lowest = tf.fill(tf.shape(scores), tf.constant(scores.dtype.min, scores.dtype))
-    scores = tf.where(admissible > 0, scores, lowest)
-    weights = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True)) * admissible
-    total = tf.reduce_sum(weights, axis=-1, keepdims=True)
-    return weights / tf.where(total > 0, total, tf.ones_like(total))

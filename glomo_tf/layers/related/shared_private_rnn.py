@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from glomo_tf.layers.related.cn3 import attached_mask
+from glomo_tf.layers._common import attached_mask, compute_cast, gru_update
 
 
 def sample_anchors(lengths, num_anchors, seed=None):
@@ -165,8 +165,7 @@ class SharedPrivateRNN(keras.layers.Layer):
             self.predict_projection.build((None, None, r))
         self.built = True
 
-    def _w(self, variable):
-        return tf.cast(variable, self.compute_dtype)
+    _w = compute_cast
 
     # ------------------------------------------------------------------ main recurrence
     def run(self, inputs, mask):
@@ -179,13 +178,7 @@ class SharedPrivateRNN(keras.layers.Layer):
 
         def step(state, elems):
             gx, real = elems
-            gh = tf.matmul(state, recurrent_kernel) + recurrent_bias
-            x_r, x_z, x_n = tf.split(gx, 3, axis=-1)
-            h_r, h_z, h_n = tf.split(gh, 3, axis=-1)
-            reset = tf.sigmoid(x_r + h_r)
-            update = tf.sigmoid(x_z + h_z)
-            candidate = tf.tanh(x_n + reset * h_n)
-            new_state = update * state + (1.0 - update) * candidate
+            new_state = gru_update(gx, tf.matmul(state, recurrent_kernel) + recurrent_bias, state)
             return tf.where(real[:, None], new_state, state)
 
         initial = tf.zeros([tf.shape(inputs)[0], self.units], self.compute_dtype)

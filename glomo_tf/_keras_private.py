@@ -1,0 +1,59 @@
+"""Every use of private Keras or TensorFlow API in glomo_tf, in one place.
+
+Each function below wraps one private symbol, says why glomo_tf needs it and which public API
+would replace it. ``tests/test_keras_private.py`` exercises each against the installed Keras and
+TensorFlow (pinned in ``setup.py``), so an upgrade that changes the private API fails there, with
+the name of the wrapper, rather than somewhere deep in a layer or a training run.
+"""
+
+from keras.src import backend as _keras_backend
+
+
+def get_keras_mask(tensor):
+    """The Keras mask attached to ``tensor`` (e.g. by ``Embedding(mask_zero=True)``), or None.
+
+    Why: Keras passes a layer the mask attached to its input (as ``mask=``) only when the layer
+    is called on a single tensor. ``ContextualizedNonLocal`` and ``SharedPrivateRNN`` take more
+    tensors (``edge_features``, ``aux_targets``), so they read the mask off their input here.
+
+    Private: ``keras.src.backend.get_keras_mask`` (the attribute ``_keras_mask`` underneath).
+    Public replacement: none in Keras 3.15 (``keras.backend`` does not export it). Use it if
+    Keras exports it; otherwise the layers could require callers to pass ``mask=``.
+    """
+    return _keras_backend.get_keras_mask(tensor)
+
+
+def replace_gradient_clipping(optimizer, clip_gradients):
+    """Makes ``optimizer.apply`` clip with ``clip_gradients(grads, keras_clip)``; returns it.
+
+    ``keras_clip(grads)`` is the optimizer's own clipping (``clipnorm``, ``clipvalue`` or
+    ``global_clipnorm``), so the replacement can fall back on it. The change lives on this
+    optimizer object only: it is not saved, and a loaded copy clips the Keras way again.
+
+    Why: Keras 3 clips inside ``optimizer.apply``, on each replica's gradient before the
+    cross-replica sum, and offers no public way to change that (see
+    :func:`glomo_tf.training.clip_summed_gradient`).
+
+    Private: the method ``BaseOptimizer._clip_gradients(grads)``, which ``apply`` calls once per
+    step on the list of gradients. Public replacement: clip in the model's ``train_step`` before
+    ``optimizer.apply`` (with the optimizer's own clipping off), or a Keras option to clip the
+    aggregated gradient, if one appears.
+    """
+    keras_clip = optimizer._clip_gradients
+    optimizer._clip_gradients = lambda grads: clip_gradients(grads, keras_clip)
+    return optimizer
+
+
+def in_multi_worker_mode(strategy):
+    """True when ``strategy`` (a ``tf.distribute.Strategy``) spans several workers.
+
+    Why: Keras reduces a step's outputs along axis 0, which fails on scalars across workers
+    (tensorflow/tensorflow#72388); the pretrainer gives them that axis in multi-worker mode only.
+
+    Private: ``strategy.extended._in_multi_worker_mode()``, which Keras's own ``fit`` uses for
+    the same question (``MultiWorkerMirroredStrategy``: more than one worker in the cluster;
+    the default, one-device and mirrored strategies: False). Public replacement: count the
+    ``"chief"`` and ``"worker"`` tasks of ``strategy.cluster_resolver.cluster_spec()`` (for the
+    strategies that have a cluster resolver), or a public Keras/TF predicate, if one appears.
+    """
+    return bool(strategy.extended._in_multi_worker_mode())

@@ -1,0 +1,65 @@
+"""Small helpers shared by the layers (internal): dtype cast, GRU update, masked softmax, mask.
+
+This module imports only TensorFlow and :mod:`glomo_tf._keras_private`, so :mod:`glomo_tf.ops`
+can use it too.
+"""
+
+import tensorflow as tf
+
+from glomo_tf import _keras_private
+
+
+def compute_cast(layer, value):
+    """``value`` (typically a float32 variable) cast to ``layer``'s compute dtype.
+
+    Layers bind it as their ``_w`` method (``_w = compute_cast``): ``self._w(self.kernel)``.
+    """
+    return tf.cast(value, layer.compute_dtype)
+
+
+def gru_update(gates_x, gates_h, state):
+    """The GRU cell's new state from its gate pre-activations.
+
+    ``gates_x`` (from the input) and ``gates_h`` (from ``state``, biases included) are
+    ``[..., 3 * units]``, the reset, update and candidate gates in that order. The reset gate
+    multiplies the recurrent part of the candidate after its matrix product (Keras's and cuDNN's
+    ``reset_after=True``)::
+
+        r = sigmoid(x_r + h_r),  z = sigmoid(x_z + h_z),  n = tanh(x_n + r * h_n)
+        state' = z * state + (1 - z) * n
+    """
+    x_r, x_z, x_n = tf.split(gates_x, 3, axis=-1)
+    h_r, h_z, h_n = tf.split(gates_h, 3, axis=-1)
+    reset = tf.sigmoid(x_r + h_r)
+    update = tf.sigmoid(x_z + h_z)
+    candidate = tf.tanh(x_n + reset * h_n)
+    return update * state + (1.0 - update) * candidate
+
+
+def masked_softmax(scores, admissible, epsilon=0.0):
+    """Softmax over the last axis of ``scores``, restricted to the admissible entries.
+
+    Args:
+        scores: float ``[..., S]``, in any float dtype (the arithmetic stays in it).
+        admissible: 0/1 float mask broadcastable to ``scores``.
+        epsilon: added to every row sum that is not zero (:func:`glomo_tf.ops.normalize_scores`
+            passes its ``epsilon``; 0 gives the exact softmax).
+
+    Returns:
+        Weights like ``scores``: each row sums to 1 over its admissible entries (to
+        ``total / (total + epsilon)`` with ``epsilon``), zero elsewhere; a row without an
+        admissible entry is all zero.
+    """
+    masked = tf.where(admissible > 0, scores, scores.dtype.min)
+    row_max = tf.stop_gradient(tf.reduce_max(masked, axis=-1, keepdims=True))
+    weights = tf.exp(masked - row_max) * admissible
+    total = tf.reduce_sum(weights, axis=-1, keepdims=True)
+    return weights / (tf.where(total > 0, total, 1.0) + epsilon)
+
+
+def attached_mask(tensor):
+    """The Keras mask attached to ``tensor`` (e.g. by ``Embedding(mask_zero=True)``), or None.
+
+    For layers called with several tensors, to which Keras does not pass the mask itself.
+    """
+    return _keras_private.get_keras_mask(tensor)

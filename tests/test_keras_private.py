@@ -1,0 +1,138 @@
+"""The private Keras/TensorFlow API under glomo_tf._keras_private still behaves as glomo_tf expects.
+
+A failure here after a Keras or TensorFlow upgrade names the wrapper whose private API changed
+(see each wrapper's docstring for the public API that would replace it).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from glomo_tf import _keras_private, training
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------------- get_keras_mask
+def test_get_keras_mask_reads_the_mask_an_embedding_attaches():
+    ids = np.array([[3, 4, 0], [5, 0, 0]], "int32")
+    embedded = keras.layers.Embedding(10, 4, mask_zero=True)(ids)
+    mask = _keras_private.get_keras_mask(embedded)
+    assert mask is not None
+    np.testing.assert_array_equal(np.asarray(mask), ids != 0)
+    assert _keras_private.get_keras_mask(tf.ones((2, 3, 4))) is None
+
+
+def test_layers_read_the_attached_mask_when_called_with_several_tensors():
+    """SharedPrivateRNN gets its mask from the embedding even with aux_targets passed."""
+    from glomo_tf import SharedPrivateRNN
+    ids = np.array([[3, 4, 0, 0]], "int32")
+    embedded = keras.layers.Embedding(10, 4, mask_zero=True)(ids)
+    layer = SharedPrivateRNN(4, return_sequences=True)
+    states = layer(embedded, aux_targets=ids)
+    np.testing.assert_array_equal(np.asarray(states)[0, 2:], 0.0)  # padded steps are zeroed
+    assert np.abs(np.asarray(states)[0, :2]).sum() > 0
+
+
+# ---------------------------------------------------------------------- gradient clipping
+def sgd_step(optimizer, grads, compiled=False):
+    variable = keras.Variable(np.zeros(2, "float32"))
+    apply = (tf.function(lambda g: optimizer.apply([g], [variable])) if compiled
+             else (lambda g: optimizer.apply([g], [variable])))
+    apply(tf.constant(grads, tf.float32))
+    return variable.numpy()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_replace_gradient_clipping_is_called_by_apply_with_keras_clip_as_fallback(compiled):
+    grads = [3.0, 4.0]  # norm 5
+    calls = []
+
+    def clip(grads, keras_clip):
+        calls.append(len(grads))
+        return [g * 0.5 for g in keras_clip(grads)]
+
+    optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=1.0)
+    assert _keras_private.replace_gradient_clipping(optimizer, clip) is optimizer
+    np.testing.assert_allclose(sgd_step(optimizer, grads, compiled), [-0.3, -0.4], rtol=1e-6)
+    assert calls == [1]  # once per step (traced once when compiled), with the list of grads
+    # Keras's own clipping, untouched, for comparison: clipped to norm 1.
+    plain = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=1.0)
+    np.testing.assert_allclose(sgd_step(plain, grads, compiled), [-0.6, -0.8], rtol=1e-6)
+
+
+def test_clip_summed_gradient_on_one_replica_clips_as_keras():
+    optimizer = training.clip_summed_gradient(
+        keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=1.0))
+    np.testing.assert_allclose(sgd_step(optimizer, [3.0, 4.0]), [-0.6, -0.8], rtol=1e-6)
+    unclipped = training.clip_summed_gradient(keras.optimizers.SGD(learning_rate=1.0))
+    np.testing.assert_allclose(sgd_step(unclipped, [3.0, 4.0]), [-3.0, -4.0], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- in_multi_worker_mode
+def test_in_multi_worker_mode_is_false_on_one_machine():
+    assert _keras_private.in_multi_worker_mode(tf.distribute.get_strategy()) is False
+    assert _keras_private.in_multi_worker_mode(
+        tf.distribute.OneDeviceStrategy("/cpu:0")) is False
+    assert _keras_private.in_multi_worker_mode(
+        tf.distribute.MirroredStrategy(["/cpu:0"])) is False
+
+
+WORKER = """
+import sys
+import tensorflow as tf
+from glomo_tf import _keras_private
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+print("in_multi_worker_mode:", _keras_private.in_multi_worker_mode(strategy), flush=True)
+"""
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def run_workers(num_workers, timeout=180):
+    """``MultiWorkerMirroredStrategy`` built in ``num_workers`` processes of one cluster (collective
+    ops must be set up before TensorFlow initialises, so not in this process); their outputs."""
+    ports = free_ports(num_workers)
+    processes = []
+    try:
+        for index in range(num_workers):
+            config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                      "task": {"type": "worker", "index": index}}
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_CONFIG=json.dumps(config))
+            processes.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, cwd=REPO,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                              text=True))
+        outputs = [process.communicate(timeout=timeout)[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()  # a worker waiting for its peers ignores SIGTERM
+                process.wait()
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-3000:]
+    return outputs
+
+
+@pytest.mark.slow
+def test_in_multi_worker_mode_under_multi_worker_mirrored_strategy():
+    """True with two workers in the cluster, False with one (MultiWorkerMirroredStrategy)."""
+    for output in run_workers(2):
+        assert "in_multi_worker_mode: True" in output, output[-3000:]
+    (output,) = run_workers(1)
+    assert "in_multi_worker_mode: False" in output, output[-3000:]
