@@ -1,11 +1,12 @@
-"""Tests of ContextualizedNonLocal (CN3, Eqs. 1-6) against a NumPy implementation, masking and
-serialization."""
+"""Tests of ContextualizedNonLocal (CN3, Eqs. 1-6) against a NumPy implementation, masking; the
+layer harness (serialization, bfloat16, mask, XLA)."""
 
 import keras
 import numpy as np
 import pytest
 
-from glomo_tf.layers import ContextualizedNonLocal
+from glomo_tf import ContextualizedNonLocal
+from layer_harness import MaskCheck, run_layer_test
 
 B, T, D, U, E, A = 2, 5, 4, 6, 2, 3
 
@@ -168,43 +169,62 @@ def test_dropout_only_in_training(rng):
     assert np.abs(layer(x, mask=mask, training=True).numpy() - inference).max() > 1e-3
 
 
-# ---------------------------------------------------------------------------- serialization
-def test_config_round_trip(rng):
-    layer = ContextualizedNonLocal(U, num_layers=2, context="lstm", edge_dim=E, dropout=0.1,
-                                   return_graphs=True, name="cn3")
+# ---------------------------------------------------------------------------- harness
+def garbage_at_padding(args, kwargs):
+    """New inputs, edge features and node features wherever a padded position is involved."""
+    mask = kwargs["mask"]
+    kwargs = dict(kwargs)
+    if "edge_features" in kwargs:
+        pairs = (mask[:, :, None] & mask[:, None, :])[..., None]
+        kwargs["edge_features"] = np.where(pairs, kwargs["edge_features"], 3.0).astype("float32")
+    if "node_features" in kwargs:
+        kwargs["node_features"] = np.where(mask[..., None], kwargs["node_features"],
+                                           -4.0).astype("float32")
+    return (np.where(mask[..., None], args[0], 5.0).astype("float32"),), kwargs
+
+
+def without_mask(args, kwargs):
+    return args, {k: v for k, v in kwargs.items() if k != "mask"}
+
+
+@pytest.mark.parametrize("context", ["lstm", "cnn"])
+def test_layer_harness(context, tmp_path, rng):
+    """Config and .keras round trips, mixed_bfloat16, the mask and XLA: two layers with an LSTM
+    context, edge features and the graphs returned; one layer with a CNN context and node
+    features."""
     x = rng.normal(size=(B, T, D)).astype("float32")
-    edges = rng.normal(size=(B, T, T, E)).astype("float32")
-    mask = make_mask()
-    layer(x, mask=mask, edge_features=edges)
-    randomize(layer, rng)
-    config = layer.get_config()
-    clone = ContextualizedNonLocal.from_config(config)
-    assert clone.get_config() == config
-    clone(x, mask=mask, edge_features=edges)
-    clone.set_weights(layer.get_weights())
-    for got, want in zip(clone(x, mask=mask, edge_features=edges),
-                         layer(x, mask=mask, edge_features=edges)):
-        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    if context == "lstm":
+        init_kwargs = dict(units=U, num_layers=2, context="lstm", edge_dim=E, dropout=0.1,
+                           return_graphs=True, name="cn3")
+        call_kwargs = dict(mask=make_mask(),
+                           edge_features=rng.normal(size=(B, T, T, E)).astype("float32"))
+    else:
+        init_kwargs = dict(units=U, num_layers=1, context="cnn")
+        call_kwargs = dict(mask=make_mask(),
+                           node_features=rng.normal(size=(B, T, A)).astype("float32"))
+    run_layer_test(
+        ContextualizedNonLocal, init_kwargs, (x,), call_kwargs, tmp_path=tmp_path,
+        # Padded states and graph rows and columns are zero, real ones never read padding.
+        mask_check=MaskCheck(perturb=garbage_at_padding, real=lambda outputs: outputs,
+                             unmasked=without_mask))
 
 
-def test_keras_file_round_trip(tmp_path, rng):
+def test_keras_mask_of_an_embedding_reaches_the_layer(rng):
+    """In a functional model the Embedding's mask is the layer's mask (also with edge features
+    passed as a second tensor)."""
     ids = keras.Input((T,), dtype="int32")
     edges_in = keras.Input((T, T, E))
-    x = keras.layers.Embedding(11, D, mask_zero=True)(ids)
+    embedding = keras.layers.Embedding(11, D, mask_zero=True)
     layer = ContextualizedNonLocal(U, num_layers=2, context="cnn", edge_dim=E,
                                    return_graphs=True)
-    states, graphs = layer(x, edge_features=edges_in)
-    model = keras.Model([ids, edges_in], [states, graphs])
+    model = keras.Model([ids, edges_in], layer(embedding(ids), edge_features=edges_in))
     data = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]], "int32")
     edges = rng.normal(size=(B, T, T, E)).astype("float32")
-    expected = model.predict([data, edges], verbose=0)
-    # The Embedding's mask reached the layer.
-    assert np.all(expected[1][1, :, :, 3:] == 0.0) and np.all(expected[0][1, 3:] == 0.0)
-    path = tmp_path / "cn3.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    for got, want in zip(loaded.predict([data, edges], verbose=0), expected):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    states, graphs = (t.numpy() for t in model([data, edges]))
+    assert np.all(graphs[1, :, :, 3:] == 0.0) and np.all(states[1, 3:] == 0.0)
+    direct = layer(embedding(data), mask=data != 0, edge_features=edges)
+    np.testing.assert_allclose(states, direct[0].numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(graphs, direct[1].numpy(), rtol=1e-6, atol=1e-7)
 
 
 def test_graph_level_classifier_fits(rng):

@@ -1,11 +1,12 @@
-"""Tests of ContextDecoder: targets, weights, tied logits from a NumPy GRU stack, no peeking."""
+"""Tests of ContextDecoder: targets, weights, tied logits from a NumPy GRU stack, no peeking; the
+layer harness (serialization, bfloat16, XLA)."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from glomo_tf import ContextDecoder
+from layer_harness import run_layer_test
 
 VOCAB, D_MODEL, CONTEXT = 30, 8, 3
 
@@ -154,36 +155,23 @@ def test_decoder_never_receives_the_unit_it_predicts(direction, rng):
         decoder(states, positions, changed, embedding)["logits"].numpy()[0, 0], base)
 
 
-# ---------------------------------------------------------------------------- serialization
-class _Holder(keras.Model):
-    """A built container tracking one decoder, so its weights can be saved to a file."""
-
-    def __init__(self, decoder, **kwargs):
-        super().__init__(**kwargs)
-        self.decoder = decoder
-        self.built = True
-
-    def call(self, inputs):
-        return inputs
-
-
+# ---------------------------------------------------------------------------- harness
 @pytest.mark.parametrize("direction", ["forward", "backward"])
-def test_serialization_round_trip(direction, tmp_path, rng):
-    decoder = make_decoder(direction, rng, dropout=0.1, name="dec")
-    config = decoder.get_config()
-    clone = ContextDecoder.from_config(config)
-    assert clone.get_config() == config
-    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(decoder))
-    assert type(restored) is ContextDecoder and restored.get_config() == config
-    restored.build()
-    path = tmp_path / "decoder.weights.h5"
-    _Holder(decoder).save_weights(path)  # the weights go through a file
-    _Holder(restored).load_weights(path)
+def test_layer_harness(direction, tmp_path, rng):
+    """Config and .keras round trips, mixed_bfloat16 and XLA, in each direction."""
     states = rng.normal(size=(2, len(POSITIONS), D_MODEL)).astype("float32")
     embedding = rng.normal(size=(VOCAB, D_MODEL)).astype("float32")
-    np.testing.assert_allclose(
-        restored(states, POSITIONS, IDS, embedding)["logits"].numpy(),
-        np_decoder(decoder, states, POSITIONS, IDS, embedding), rtol=1e-4, atol=1e-4)
+    run_layer_test(
+        ContextDecoder,
+        dict(hidden_dim=D_MODEL, context_length=CONTEXT, num_layers=2, direction=direction,
+             dropout=0.1, name="dec"),
+        (states, POSITIONS, IDS, embedding), tmp_path=tmp_path,
+        saving_check="subclassed",  # positions [S] and the embedding table have no batch axis
+        # The loss weights stay float32 whatever the policy; the targets are token ids.
+        bfloat16_dtypes={"logits": "bfloat16", "targets": "int32", "weights": "float32"},
+        # No mask: padding is token id 0, which only zeroes the targets' weights
+        # (test_targets_and_weights).
+        mask_check=None)
 
 
 def test_compute_output_shape():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from glomo_tf.layers import LinearChainCRF
+from glomo_tf import LinearChainCRF
+from layer_harness import MaskCheck, run_layer_test
 
 N, T = 3, 4
 LENGTHS = [4, 2, 1]
@@ -125,36 +126,44 @@ def test_gradients_are_finite(case):
     assert np.all(grads[0].numpy()[~mask] == 0.0)
 
 
-# ---------------------------------------------------------------------------- serialization
-def test_config_round_trip(case):
-    crf, emissions, mask, tags = case
-    config = crf.get_config()
-    clone = LinearChainCRF.from_config(config)
-    assert clone.get_config() == config
-    clone(emissions, mask=mask)
-    clone.set_weights(crf.get_weights())
-    np.testing.assert_array_equal(clone(emissions, mask=mask).numpy(),
-                                  crf(emissions, mask=mask).numpy())
-    np.testing.assert_allclose(clone.log_likelihood(emissions, tags, mask).numpy(),
-                               crf.log_likelihood(emissions, tags, mask).numpy(), rtol=1e-6)
+# ---------------------------------------------------------------------------- harness
+def test_layer_harness(tmp_path, rng):
+    """Config and .keras round trips, mixed_bfloat16, the mask and XLA; the tags being discrete,
+    the log-likelihood of given tags and the Viterbi scores are compared too."""
+    mask = make_mask(LENGTHS)
+    emissions = rng.normal(size=(len(LENGTHS), T, N)).astype("float32")
+    tags = rng.integers(0, N, size=(len(LENGTHS), T)).astype("int32")
+
+    def scores(crf, args, kwargs):
+        return {"log_likelihood": crf.log_likelihood(args[0], tags, kwargs["mask"]),
+                "viterbi_score": crf.decode(args[0], kwargs["mask"])[1]}
+
+    def garbage_at_padding(args, kwargs):
+        noise = np.random.default_rng(1).normal(size=args[0].shape) * 9
+        return (np.where(mask[..., None], args[0], noise).astype("float32"),), kwargs
+
+    run_layer_test(
+        LinearChainCRF, dict(num_tags=N), (emissions,), dict(mask=mask), tmp_path=tmp_path,
+        extra_outputs=scores,
+        bfloat16_dtypes="int32",  # tag ids (the CRF computes in float32 under any policy)
+        # Padded tags are 0 and padded emissions never change the real ones.
+        mask_check=MaskCheck(perturb=garbage_at_padding, real=lambda outputs: outputs,
+                             unmasked=lambda args, kwargs: (args, {})))
 
 
-def test_keras_file_round_trip(tmp_path, rng):
+def test_keras_mask_of_an_embedding_reaches_the_layer(rng):
+    """Embedding(mask_zero=True) -> Dense -> CRF: the mask passes the Dense layer to the CRF."""
     ids = keras.Input((None,), dtype="int32")
     x = keras.layers.Embedding(7, 4, mask_zero=True)(ids)
     emissions = keras.layers.Dense(N)(x)
-    crf = LinearChainCRF(N, name="crf")
+    crf = LinearChainCRF(N)
     model = keras.Model(ids, crf(emissions))
     randomize(crf, rng)
     data = np.array([[1, 2, 3, 4], [5, 6, 0, 0], [3, 0, 0, 0]], "int32")
-    expected = model.predict(data, verbose=0)
-    assert np.all(expected[data == 0] == 0)
-    path = tmp_path / "crf.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_array_equal(loaded.predict(data, verbose=0), expected)
-    np.testing.assert_allclose(loaded.get_layer("crf").transitions.numpy(),
-                               crf.transitions.numpy())
+    got = model(data).numpy()
+    assert np.all(got[data == 0] == 0)
+    direct = crf(keras.Model(ids, emissions)(data), mask=data != 0).numpy()
+    np.testing.assert_array_equal(got, direct)
 
 
 def test_compute_output_shape():

@@ -1,10 +1,11 @@
-"""Tests of FeaturePredictor (Eq. 2) against a NumPy implementation, causality and serialization."""
+"""Tests of FeaturePredictor (Eq. 2) against a NumPy implementation, causality; the layer harness
+(serialization, bfloat16, padding mask, XLA)."""
 
-import keras
 import numpy as np
 import pytest
 
 from glomo_tf import FeaturePredictor, GraphPredictor
+from layer_harness import MaskCheck, run_layer_test
 
 B, L, K, T, D = 2, 2, 2, 6, 8
 C = D // K  # features per head
@@ -149,38 +150,38 @@ def test_causality_through_features(composition, position, rng):
     assert np.abs(a[:, 1, -1, :position] - b[:, 1, -1, :position]).max() > 1e-4
 
 
-# ---------------------------------------------------------------------------- serialization
-@pytest.mark.parametrize("composition", ["gru", "residual", "projected"])
-def test_config_round_trip(composition, rng):
-    layer = FeaturePredictor(D, K, composition=composition, name="fp")
-    features = rng.normal(size=(B, T, D)).astype("float32")
-    graphs = random_graphs(rng)
-    layer(features, graphs)
-    randomize(layer, rng)
-    config = layer.get_config()
-    clone = FeaturePredictor.from_config(config)
-    assert clone.get_config() == config
-    clone(features, graphs)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(clone(features, graphs).numpy(),
-                               np_feature_predictor(layer, features, graphs),
-                               rtol=1e-4, atol=1e-5)
+# ---------------------------------------------------------------------------- harness
+PADDING = np.ones((B, T), bool)
+PADDING[0, 2] = PADDING[1, 4:] = False  # a hole, and trailing padding
 
 
-def test_keras_file_round_trip(tmp_path, rng):
-    layer = FeaturePredictor(D, K)
-    feats_in = keras.Input((T, D), name="features")
-    graphs_in = keras.Input((2, L, K, T, T), name="graphs")
-    model = keras.Model([feats_in, graphs_in], layer(feats_in, graphs_in))
-    randomize(layer, rng)
-    features = rng.normal(size=(B, T, D)).astype("float32")
-    graphs = random_graphs(rng)
-    path = tmp_path / "features.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(loaded.predict([features, graphs], verbose=0),
-                               np_feature_predictor(layer, features, graphs),
-                               rtol=1e-4, atol=1e-5)
+def garbage_at_padding(args, kwargs):
+    """New features at padded positions and new graph rows for padded receivers; the graphs'
+    columns of padded sources stay zero (as GraphPredictor's are)."""
+    features, graphs = args
+    time_mask = PADDING[:, None, :, None] if features.ndim == 4 else PADDING[:, :, None]
+    graphs = np.where(PADDING[:, None, None, None, :, None], graphs, 0.3).astype("float32")
+    return (np.where(time_mask, features, 5.0).astype("float32"), graphs), kwargs
+
+
+def without_padding_mask(args, kwargs):
+    return args, {k: v for k, v in kwargs.items() if k != "padding_mask"}
+
+
+@pytest.mark.parametrize("composition,per_direction", [("gru", False), ("residual", True),
+                                                       ("projected", False)])
+def test_layer_harness(composition, per_direction, tmp_path, rng):
+    """Config and .keras round trips, mixed_bfloat16, the padding mask and XLA, per composer."""
+    shape = (B, 2, T, D) if per_direction else (B, T, D)
+    features = rng.normal(size=shape).astype("float32")
+    graphs = random_graphs(rng) * PADDING[:, None, None, None, None, :]
+    run_layer_test(
+        FeaturePredictor, dict(hidden_dim=D, num_heads=K, composition=composition),
+        (features, graphs), dict(padding_mask=PADDING), tmp_path=tmp_path,
+        # The padding mask zeroes padded positions' features after every layer: the whole
+        # output is unchanged, and without the mask the garbage shows.
+        mask_check=MaskCheck(perturb=garbage_at_padding, real=lambda outputs: outputs,
+                             unmasked=without_padding_mask))
 
 
 def test_compute_output_shape():

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import glomo_tf
 from glomo_tf import GlomoTransfer, GraphPredictor
+from layer_harness import MaskCheck, run_layer_test
 
 V, P, L, K, T = 30, 8, 2, 2, 7  # vocabulary, predictor width, graph layers, heads, length
 IDS = np.array([[3, 4, 5, 6, 7, 8, 9], [11, 12, 13, 14, 0, 0, 0], [21, 2, 17, 0, 0, 0, 0]],
@@ -318,27 +319,41 @@ def test_fine_tuned_predictor_gets_gradients_and_changes(rng):
         assert not np.allclose(v.numpy(), before[v.path]), v.path
 
 
-# ---------------------------------------------------------------------- serialization
-def test_downstream_model_keras_round_trip(rng, tmp_path):
-    predictor = make_predictor()
-    randomize_batch_norm(predictor, rng)
-    ids = keras.Input((None,), dtype="int32")
-    h = keras.layers.Embedding(V, 6, mask_zero=True)(ids)
-    transfer = GlomoTransfer(predictor, num_mixtures=2, units=4, name="transfer")
-    out = keras.layers.Dense(3)(transfer([h, ids]))
-    model = keras.Model(ids, out)
-    randomize_transfer(transfer, rng)
-    expected = model(IDS).numpy()
-    path = str(tmp_path / "downstream.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_array_equal(loaded(IDS).numpy(), expected)
-    loaded_transfer = loaded.get_layer("transfer")
-    assert isinstance(loaded_transfer.graph_predictor, GraphPredictor)
-    assert (loaded_transfer.num_mixtures, loaded_transfer.units, loaded_transfer.fine_tune) == \
-        (2, 4, False)
-    for a, b in zip(predictor.weights, loaded_transfer.graph_predictor.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+# ---------------------------------------------------------------------- harness
+PADDING = IDS != 0
+
+
+def garbage_features_at_padding(args, kwargs):
+    (features, second), = args
+    features = np.where(PADDING[:, :, None], features, 5.0).astype("float32")
+    return ([features, second],), kwargs
+
+
+@pytest.mark.parametrize("mode", ["predictor", "uniform", "precomputed_graphs"])
+def test_layer_harness(mode, tmp_path, rng):
+    """Config and .keras round trips (a frozen predictor and its batch-norm statistics inside),
+    mixed_bfloat16, padding and XLA; graphs from a predictor, uniform, or passed in."""
+    features = rng.normal(size=(3, T, 6)).astype("float32")
+    call_kwargs, unmasked = {}, None
+    if mode == "predictor":
+        init_kwargs = lambda: dict(graph_predictor=make_predictor(), num_mixtures=2,  # noqa: E731
+                                   units=4)
+        call_args, input_shapes = ([features, IDS],), [(None, 6), (None,)]
+    elif mode == "uniform":
+        init_kwargs = dict(graph_mode="uniform", num_mixtures=2)
+        call_args, input_shapes = ([features, IDS],), [(None, 6), (None,)]
+    else:
+        init_kwargs = dict(num_mixtures=2, include_products=True, conditioned=False)
+        call_args, input_shapes = ([features, random_graphs(rng, PADDING)],), None
+        # Without token ids the padding comes from the features' mask.
+        call_kwargs = dict(mask=[PADDING, None])
+        unmasked = lambda args, kwargs: (args, {})  # noqa: E731
+    run_layer_test(
+        GlomoTransfer, init_kwargs, call_args, call_kwargs, tmp_path=tmp_path,
+        input_shapes=input_shapes,
+        # Padded positions' outputs are zero and no real position reads a padded one.
+        mask_check=MaskCheck(perturb=garbage_features_at_padding, real=lambda outputs: outputs,
+                             unmasked=unmasked))
 
 
 @pytest.mark.parametrize("trainable", [False, True])

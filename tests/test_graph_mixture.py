@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from glomo_tf import GraphMixture
+from layer_harness import MaskCheck, run_layer_test
 
 B, L, K, T, D = 2, 2, 2, 6, 5
 
@@ -230,30 +231,43 @@ def test_in_functional_model_with_embedding_mask(rng):
     np.testing.assert_allclose(model(ids).numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_learned_mixture_in_functional_model_and_config_round_trip(rng, tmp_path):
+PADDING = np.ones((B, T), bool)
+PADDING[0, -1] = PADDING[1, 2] = PADDING[1, -2:] = False
+
+
+def garbage_features_at_padding(args, kwargs):
+    features = np.where(PADDING[:, :, None], args[0], 5.0).astype("float32")
+    return (features,) + tuple(args[1:]), kwargs
+
+
+HARNESS_CONFIGS = {
+    "conditioned_products": dict(num_mixtures=2, conditioned=True, include_products=True),
+    "free_singles_explicit": dict(num_mixtures=1, conditioned=False, include_products=False,
+                                  propagation="explicit"),
+    "uniform": dict(num_mixtures=2, graph_mode="uniform"),
+}
+
+
+@pytest.mark.parametrize("name", list(HARNESS_CONFIGS))
+def test_layer_harness(name, tmp_path, rng):
+    """Config and .keras round trips (in a functional model), mixed_bfloat16, padding and XLA:
+    learned mixtures of both weightings and propagations, and the uniform graphs."""
+    kwargs = HARNESS_CONFIGS[name]
     features = rng.normal(size=(B, T, D)).astype("float32")
-    graphs = random_graphs(rng)
-    h_in = keras.Input((T, D))
-    g_in = keras.Input((2, L, K, T, T))
-    layer = GraphMixture(num_mixtures=2, conditioned=True, include_products=True)
-    model = keras.Model([h_in, g_in], layer(h_in, g_in))
-    values = randomize(layer, rng)
-    expected = numpy_mixture(features, graphs, values["weight_logits"], values["weight_kernel"],
-                             values["scale"], True)
-    np.testing.assert_allclose(model([features, graphs]).numpy(), expected, rtol=1e-4,
-                               atol=1e-5)
-    path = str(tmp_path / "mixture.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(loaded([features, graphs]).numpy(), expected, rtol=1e-4,
-                               atol=1e-5)
-    config = layer.get_config()
-    assert {k: config[k] for k in ("num_mixtures", "conditioned", "include_products",
-                                   "graph_mode")} == {"num_mixtures": 2, "conditioned": True,
-                                                      "include_products": True,
-                                                      "graph_mode": "learned"}
-    clone = GraphMixture.from_config(config)
-    assert clone.compute_output_shape((B, T, D), (B, 2, L, K, T, T)) == (B, T, 2, 2, D)
+    at_real_positions = lambda outputs: outputs[PADDING]  # noqa: E731
+    if kwargs.get("graph_mode") == "uniform":
+        # The padding mask chooses the uniform graphs' sources.
+        call_args, call_kwargs = (features,), dict(padding_mask=PADDING)
+        mask_check = MaskCheck(
+            perturb=garbage_features_at_padding, real=at_real_positions,
+            unmasked=lambda args, kwargs: (args, {}))
+    else:
+        # Learned mode takes no mask: the graphs give padded sources no weight, so padded
+        # features never reach a real position (no unmasked variant to compare with).
+        call_args, call_kwargs = (features, random_graphs(rng, PADDING)), {}
+        mask_check = MaskCheck(perturb=garbage_features_at_padding, real=at_real_positions)
+    run_layer_test(GraphMixture, kwargs, call_args, call_kwargs, tmp_path=tmp_path,
+                   mask_check=mask_check)
 
 
 def test_errors():
@@ -320,8 +334,7 @@ def test_auto_propagation_with_run_time_length_and_gradients(rng, conditioned):
     assert any(op.type in ("If", "StatelessIf") for op in operations)
 
 
-def test_propagation_is_validated_and_serialized():
+def test_propagation_is_validated():
+    """(Its serialization: test_layer_harness[free_singles_explicit].)"""
     with pytest.raises(ValueError, match="propagation must be one of"):
         GraphMixture(propagation="fast")
-    mix = GraphMixture(num_mixtures=2, propagation="explicit")
-    assert GraphMixture.from_config(mix.get_config()).propagation == "explicit"

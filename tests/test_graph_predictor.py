@@ -1,4 +1,5 @@
-"""Tests of GraphPredictor: Eq. 1 against NumPy, masks, causality, padding, serialization."""
+"""Tests of GraphPredictor: Eq. 1 against NumPy, masks, causality, padding; the layer harness
+(serialization, bfloat16, XLA)."""
 
 import keras
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 
 from _references import np_entmax15
 from glomo_tf import GraphPredictor
+from layer_harness import MaskCheck, run_layer_test
 
 VOCAB, D, L, K, H, T = 30, 8, 2, 2, 4, 7
 EPS_BN = 1e-5
@@ -295,58 +297,57 @@ def test_dropout_only_in_training(rng):
     assert np.abs(b - c).max() > 1e-4  # fresh dropout masks
 
 
-# ---------------------------------------------------------------------------- serialization
-@pytest.mark.parametrize("coupled", [False, True])
-def test_config_round_trip(coupled, rng):
-    layer = built_predictor(rng, coupled=coupled, threshold="scalar", normalization="softmax",
-                            composition="residual", dropout=0.25, momentum=0.8)
-    config = layer.get_config()
-    clone = GraphPredictor.from_config(config)
-    assert clone.get_config() == config
-    clone(IDS)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(clone(IDS)["graphs"].numpy(), layer(IDS)["graphs"].numpy(),
-                               rtol=1e-6, atol=1e-7)
-    if coupled:
-        np.testing.assert_allclose(clone(IDS)["features"].numpy(),
-                                   layer(IDS)["features"].numpy(), rtol=1e-6, atol=1e-7)
+# ---------------------------------------------------------------------------- harness
+def with_trailing_padding(args, kwargs):
+    """The masking contract: three more padding ids at the end change nothing."""
+    (ids,) = args
+    return (np.concatenate([ids, np.zeros((len(ids), 3), ids.dtype)], axis=1),), kwargs
 
 
-@pytest.mark.parametrize("coupled", [False, True])
-def test_keras_file_round_trip(coupled, tmp_path, rng):
-    predictor = make_predictor(coupled=coupled)
-    inputs = keras.Input((None,), dtype="int32", name="token_ids")
-    outputs = predictor(inputs)
-    model = keras.Model(inputs, outputs)
-    randomize(predictor, rng)  # includes the BN moving statistics (non-trainable weights)
-    expected = np_predictor(predictor, IDS) if not coupled else None
-    before = model.predict(IDS, verbose=0)
-    path = tmp_path / "predictor.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    after = loaded.predict(IDS, verbose=0)
-    np.testing.assert_allclose(after["graphs"], before["graphs"], rtol=1e-6, atol=1e-7)
-    if coupled:
-        np.testing.assert_allclose(after["features"], before["features"], rtol=1e-6, atol=1e-7)
-    else:
-        np.testing.assert_allclose(after["graphs"], expected, rtol=1e-4, atol=1e-5)
-    restored = [layer for layer in loaded.layers if isinstance(layer, GraphPredictor)]
-    assert len(restored) == 1 and restored[0].get_config() == predictor.get_config()
+def at_real_positions(outputs):
+    """Graph rows and columns, and features, of IDS's real units (the first T steps)."""
+    real = IDS != 0
+    pairs = real[:, None, None, None, :, None] & real[:, None, None, None, None, :]
+    kept = {"graphs": outputs["graphs"][..., :T, :T] * pairs,
+            "padding_mask": outputs["padding_mask"][:, :T]}
+    if "features" in outputs:
+        kept["features"] = outputs["features"][:, :, :, :T] * real[:, None, None, :, None]
+    return kept
 
 
-def test_coupled_projected_composition_round_trips_through_a_keras_file(tmp_path, rng):
-    """The coupled predictor's composer with a LayerNorm sub-layer saves and loads."""
-    predictor = make_predictor(coupled=True, composition="projected")
-    inputs = keras.Input((None,), dtype="int32", name="token_ids")
-    model = keras.Model(inputs, predictor(inputs))
-    randomize(predictor, rng)
-    before = model.predict(IDS, verbose=0)
-    path = tmp_path / "coupled.keras"
-    model.save(path)
-    after = keras.saving.load_model(path).predict(IDS, verbose=0)
-    for key in ("graphs", "features"):
-        np.testing.assert_allclose(after[key], before[key], rtol=1e-6, atol=1e-7)
-    assert np.abs(before["features"]).max() > 0.1  # LayerNorm output, not all zeros
+HARNESS_CONFIGS = {
+    "decoupled": dict(),
+    "decoupled_scalar_softmax": dict(threshold="scalar", normalization="softmax", dropout=0.25,
+                                     momentum=0.8),
+    "coupled_scalar_softmax_residual": dict(coupled=True, threshold="scalar",
+                                            normalization="softmax", composition="residual",
+                                            dropout=0.25, momentum=0.8),
+    "coupled_projected": dict(coupled=True, composition="projected"),
+    "entmax15": dict(normalization="entmax15", live_row_weight=1.0),
+    "coupled_entmax15_gru": dict(normalization="entmax15", coupled=True, live_row_weight=1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(HARNESS_CONFIGS))
+def test_layer_harness(name, tmp_path):
+    """Config and .keras round trips, mixed_bfloat16, padding and XLA for each kind of predictor
+    (threshold weights or none, decoupled or coupled with each composer and its sub-layers)."""
+    kwargs = HARNESS_CONFIGS[name]
+    outputs = ["features", "graphs", "padding_mask"] if kwargs.get("coupled") else \
+        ["graphs", "padding_mask"]
+    run_layer_test(
+        GraphPredictor,
+        dict(vocabulary_size=VOCAB, hidden_dim=D, num_layers=L, num_heads=K, head_dim=H,
+             conv_layers=2, kernel_size=3, **kwargs),
+        (IDS,), tmp_path=tmp_path,
+        input_shapes=[(None,)],  # token ids of any length, as in a downstream model
+        # Known defect (glomo_tf/layers/graph_predictor.py): without compute_output_spec Keras
+        # gives every symbolic output the compute dtype, so the symbolic padding_mask is float32
+        # while the eager one is bool.
+        symbolic_dtypes={key: "float32" for key in outputs},
+        # Graphs are computed in float32 and cast back; the padding mask stays bool.
+        bfloat16_dtypes={key: "bool" if key == "padding_mask" else "bfloat16" for key in outputs},
+        mask_check=MaskCheck(perturb=with_trailing_padding, real=at_real_positions))
 
 
 def test_compute_output_shape():
@@ -451,10 +452,9 @@ def test_no_live_row_loss_at_inference_or_with_zero_weight(rng):
 
 
 @pytest.mark.parametrize("coupled", [False, True])
-def test_entmax15_predictor_solves_thresholds_and_compiles(coupled, rng):
-    """No threshold weights and no live-row hinge (rows never die); XLA gives the eager graphs."""
-    import tensorflow as tf
-
+def test_entmax15_predictor_solves_thresholds(coupled, rng):
+    """No threshold weights and no live-row hinge (rows never die); sparse rows that sum to one.
+    (XLA and the round trips of entmax15 predictors: test_layer_harness.)"""
     layer = built_predictor(rng, normalization="entmax15", coupled=coupled, live_row_weight=1.0)
     names = [w.name for w in layer.weights]
     assert not [n for n in names if "threshold" in n], names
@@ -464,13 +464,6 @@ def test_entmax15_predictor_solves_thresholds_and_compiles(coupled, rng):
     has_source = np.isclose(sums, 1.0, atol=1e-5)
     assert np.all(has_source | (sums == 0.0)) and has_source.sum() > 20
     assert (graphs == 0.0).sum() > graphs.size // 2  # sparse, beyond the masks
-    compiled = tf.function(lambda ids: layer(ids)["graphs"], jit_compile=True)
-    np.testing.assert_allclose(compiled(IDS).numpy(), layer(IDS)["graphs"].numpy(), atol=1e-5)
-    clone = GraphPredictor.from_config(layer.get_config())
-    clone(IDS)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(clone(IDS)["graphs"].numpy(), layer(IDS)["graphs"].numpy(),
-                               atol=1e-7)
 
 
 def test_live_row_loss_revives_graphs_that_a_high_threshold_killed(rng):
@@ -490,11 +483,17 @@ def test_live_row_loss_revives_graphs_that_a_high_threshold_killed(rng):
     assert all(g is None or not np.any(tf.convert_to_tensor(g).numpy()) for g in grads)
 
     optimizer = keras.optimizers.SGD(0.5)
-    for _ in range(200):
+    optimizer.build(layer.trainable_variables)
+
+    @tf.function  # the same 200 SGD steps as eagerly, in a second instead of about twelve
+    def step():
         with tf.GradientTape() as tape:
             layer(IDS, training=True)
             loss = tf.add_n(layer.losses)
         optimizer.apply(tape.gradient(loss, layer.trainable_variables), layer.trainable_variables)
+
+    for _ in range(200):
+        step()
     outputs = layer(IDS, training=False)
     live = ops.live_rows(outputs["graphs"], outputs["padding_mask"]).numpy()
     assert live.min() > 0.9, live

@@ -1,13 +1,14 @@
 """Tests of SharedPrivateRNN: gradient isolation of the private state, anchor sampling, the GRU
-against NumPy, masking and serialization."""
+against NumPy, masking; the layer harness (serialization, bfloat16, mask, XLA)."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from glomo_tf.layers import SharedPrivateRNN
+from glomo_tf import SharedPrivateRNN
 from glomo_tf.layers.related.shared_private_rnn import sample_anchors
+from layer_harness import MaskCheck, run_layer_test
 
 B, T, D, U, V = 3, 8, 4, 6, 12
 IDS = np.array([[3, 4, 5, 6, 7, 8, 9, 10],
@@ -178,19 +179,30 @@ def test_fully_shared_state_gets_auxiliary_gradient_everywhere(rng):
     assert np.all(np.abs(recurrent_grad).max(0) > 0)
 
 
-# ---------------------------------------------------------------------------- serialization
-def test_config_round_trip(rng):
-    layer = make_layer(0.5, aux_weight=0.3, return_sequences=False, name="sp")
+# ---------------------------------------------------------------------------- harness
+def garbage_at_padding(args, kwargs):
+    return (np.where(MASK[..., None], args[0], 9.0).astype("float32"),), kwargs
+
+
+def without_mask(args, kwargs):
+    return args, {k: v for k, v in kwargs.items() if k != "mask"}
+
+
+@pytest.mark.parametrize("return_sequences", [False, True])
+def test_layer_harness(return_sequences, tmp_path, rng):
+    """Config and .keras round trips (auxiliary decoders included), mixed_bfloat16, the mask and
+    XLA, returning the last real state or every state."""
     x = rng.normal(size=(B, T, D)).astype("float32")
-    layer(x, mask=MASK)
-    randomize(layer, rng)
-    config = layer.get_config()
-    clone = SharedPrivateRNN.from_config(config)
-    assert clone.get_config() == config
-    clone(x, mask=MASK)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(clone(x, mask=MASK).numpy(), layer(x, mask=MASK).numpy(),
-                               rtol=1e-6)
+    run_layer_test(
+        SharedPrivateRNN,
+        dict(units=U, shared_fraction=0.5, num_anchors=2, reconstruct_length=2, predict_length=2,
+             vocabulary_size=V, seed=3, aux_weight=0.3, return_sequences=return_sequences,
+             name="sp"),
+        (x,), dict(mask=MASK, aux_targets=IDS), tmp_path=tmp_path,
+        # Padded steps carry the last real state (and padded states are zero): garbage there
+        # changes nothing; without the mask the GRU reads it.
+        mask_check=MaskCheck(perturb=garbage_at_padding, real=lambda outputs: outputs,
+                             unmasked=without_mask))
 
 
 def classifier(**kwargs):
@@ -198,16 +210,6 @@ def classifier(**kwargs):
     x = keras.layers.Embedding(V, D, mask_zero=True)(ids)
     h = make_layer(0.5, return_sequences=False, name="sp", **kwargs)(x, aux_targets=ids)
     return keras.Model(ids, keras.layers.Dense(2, activation="softmax")(h))
-
-
-def test_keras_file_round_trip(tmp_path):
-    model = classifier()
-    expected = model.predict(IDS, verbose=0)
-    path = tmp_path / "sp.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(loaded.predict(IDS, verbose=0), expected, rtol=1e-5, atol=1e-6)
-    assert loaded.get_layer("sp").get_config() == model.get_layer("sp").get_config()
 
 
 def test_classifier_fits_with_auxiliary_loss(rng):
