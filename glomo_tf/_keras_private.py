@@ -57,3 +57,18 @@ def in_multi_worker_mode(strategy):
     strategies that have a cluster resolver), or a public Keras/TF predicate, if one appears.
     """
     return bool(strategy.extended._in_multi_worker_mode())
+
+
+def omit_retracing_warning(function):
+    """Stops TensorFlow warning that the ``tf.function`` ``function`` traces too often; returns it.
+
+    Why: the tuner's evaluation builds new functions for every trial's new model, so each traces
+    once per trial; TensorFlow counts those traces across functions and warns of "retracing",
+    which here is expected and not a bug.
+
+    Private: the attribute ``Function._omit_frequent_tracing_warning``, which TensorFlow's own
+    Keras integration sets for the same reason. Public replacement: none in TensorFlow 2.21
+    (``reduce_retracing`` changes the tracing, not the warning).
+    """
+    function._omit_frequent_tracing_warning = True
+    return function

@@ -136,3 +136,23 @@ def test_in_multi_worker_mode_under_multi_worker_mirrored_strategy():
         assert "in_multi_worker_mode: True" in output, output[-3000:]
     (output,) = run_workers(1)
     assert "in_multi_worker_mode: False" in output, output[-3000:]
+
+
+def test_omit_retracing_warning_silences_tensorflows_frequent_tracing_warning(caplog):
+    """TensorFlow warns when a tf.function traces many times; a function passed through
+    omit_retracing_warning traces as often without the warning (the attribute it sets is read)."""
+    import logging
+
+    import tensorflow as tf
+
+    from glomo_tf._keras_private import omit_retracing_warning
+
+    def trace_often(function):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            for n in range(1, 9):  # a new shape each call: a new trace each
+                function(tf.zeros([n]))
+        return [r for r in caplog.records if "retracing" in r.getMessage()]
+
+    assert trace_often(tf.function(lambda x: x + 1))  # the warning exists
+    assert not trace_often(omit_retracing_warning(tf.function(lambda x: x + 1)))

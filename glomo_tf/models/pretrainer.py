@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from glomo_tf._keras_private import in_multi_worker_mode
 from glomo_tf.hparams import DIRECTIONS, GRAPH_PREDICTOR, OBJECTIVES, PRETRAINER
 from glomo_tf.layers.context_decoder import ContextDecoder
 from glomo_tf.layers.feature_predictor import FeaturePredictor
@@ -211,7 +212,7 @@ class GlomoPretrainer(keras.Model):
         results = {m.name: m.result() for m in self.metrics}
         strategy = tf.distribute.get_strategy()
         if (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and strategy.extended._in_multi_worker_mode()):
+                and in_multi_worker_mode(strategy)):
             # Keras reduces step outputs along axis 0, which fails on scalars across workers
             # (tensorflow/tensorflow#72388): give them that axis.
             results = {k: tf.reshape(v, [1]) for k, v in results.items()}

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from glomo_tf import hparams
+from glomo_tf._keras_private import omit_retracing_warning
 from glomo_tf.models.pretrainer import GlomoPretrainer, _ids_from_data
 
 OBJECTIVE_NAME = "val_first_unit_loss"
@@ -212,7 +213,7 @@ def first_unit_loss(model, dataset_or_array, batch_size=32):
         for z in range(len(model.decoders))]
     for function in [features, *decoder_sums]:
         # Every trial brings a new model, hence one new trace each: expected, not a retracing bug.
-        function._omit_frequent_tracing_warning = True
+        omit_retracing_warning(function)
     totals = np.zeros((len(model.decoders), 2), np.float64)  # [direction, (ce sum, count)]
     vocabulary_size = model.graph_predictor.embeddings.shape[0]
     for batch in batches:
