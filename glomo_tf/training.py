@@ -15,8 +15,8 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import _keras_private, ops
+from glomo_tf.hparams import STRATEGIES
 
-STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 LATEST = "latest"
 
 
