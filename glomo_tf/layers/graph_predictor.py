@@ -11,8 +11,25 @@ from glomo_tf.layers.feature_predictor import COMPOSITIONS, FeaturePredictor
 
 THRESHOLDS = ("query", "scalar")
 
+# Added to the variance in the CNNs' batch norm (the reference code's, PyTorch's default).
+BATCH_NORM_EPSILON = 1e-5
+
 # Stacks of the decoupled predictor's convolution networks, run as one batched computation.
 _FW_KEY, _FW_QUERY, _BW_KEY, _BW_QUERY = range(4)
+
+
+def batch_norm_affine(mean, variance, gamma, beta):
+    """Batch normalisation as the affine map ``x * scale + shift``; returns ``(scale, shift)``.
+
+    ``(x - mean) / sqrt(variance + BATCH_NORM_EPSILON) * gamma + beta`` is ``x * scale + shift``
+    with ``scale = gamma / sqrt(variance + BATCH_NORM_EPSILON)`` and ``shift = beta - mean *
+    scale``. The arguments broadcast together and ``scale`` and ``shift`` have their dtype. In
+    training, :class:`GraphPredictor` applies the map to a convolution's output, with the batch's
+    statistics; in inference it folds the map into the convolution's kernel and bias, with the
+    moving statistics.
+    """
+    scale = gamma * tf.math.rsqrt(variance + BATCH_NORM_EPSILON)
+    return scale, beta - mean * scale
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -236,11 +253,12 @@ class GraphPredictor(keras.layers.Layer):
         padding_mask = ops.padding_mask_from_ids(token_ids)
         embedded = tf.gather(self._w(self.embeddings), token_ids)  # [B, T, d]
         conv_mask = tf.cast(padding_mask, self.compute_dtype)[:, :, None]  # [B, T, 1]
+        # The CNNs have two forms, one per mode: see _training_conv_stacks.
         if training:
             stacks = tf.tile(embedded[None], [self._num_stacks, 1, 1, 1])  # [S, B, T, d]
             if self.dropout > 0:
                 stacks = self._locked_dropout(stacks)
-            stacks = tf.unstack(self._conv_stacks(stacks, conv_mask[None], training))
+            stacks = tf.unstack(self._training_conv_stacks(stacks, conv_mask[None]))
         else:
             stacks = self._inference_conv_stacks(embedded, conv_mask)
         admissible = ops.admissible_sources(padding_mask)  # [B, 2, 1, 1, T, T]
@@ -282,32 +300,47 @@ class GraphPredictor(keras.layers.Layer):
         bw_cols = [bw[:, :, k - 1 - j:k - 1 - j + T] for j in range(k)]
         return tf.concat([tf.concat(fw_cols, -1), tf.concat(bw_cols, -1)], axis=0)
 
-    def _conv_stacks(self, x, conv_mask, training):
-        """All CNN stacks at once: [zero padding -> causal conv -> batch norm -> ReLU] x layers."""
+    def _training_conv_stacks(self, x, conv_mask):
+        """Training-mode CNN stacks, ``[S, B, T, d] -> [S, B, T, d]``, all at once.
+
+        [zero padding -> causal conv -> batch norm -> ReLU] x ``conv_layers``: each layer is one
+        batched matrix product of every stack's windows, then the batch norm with the statistics
+        of the batch (see :meth:`_batch_statistics`).
+
+        The CNNs have a second form, :meth:`_inference_conv_stacks`, the same network with the
+        moving statistics. Both are kept because they round differently and merging them would
+        change the outputs of one mode (by up to 2e-6 in float32 on small predictors, by bfloat16
+        rounding under a mixed policy); ``tests/test_graph_predictor_forms.py`` checks that the two
+        forms agree.
+        """
         S, d = self._num_stacks, self.hidden_dim
         batch, T = tf.shape(x)[1], tf.shape(x)[2]
         for i in range(self.conv_layers):
             x = x * conv_mask  # padded positions never feed a convolution
             windows = tf.reshape(self._shifted_windows(x), [S, -1, self.kernel_size * d])
             x = tf.reshape(tf.matmul(windows, self._w(self.conv_kernels[i])), [S, batch, T, d])
-            x = tf.nn.relu(self._batch_norm(i, x, conv_mask, training))
+            mean, variance = self._batch_statistics(i, x, conv_mask)
+            scale, shift = batch_norm_affine(mean, variance, self._w(self.bn_gamma[i]),
+                                             self._w(self.bn_beta[i]))
+            x = tf.nn.relu(x * scale + shift)
         return x
 
     def _inference_conv_stacks(self, embedded, conv_mask):
         """Inference-mode CNN stacks, a list of ``S`` tensors ``[B, T, d]``.
 
-        Computes what ``_conv_stacks`` computes with the moving statistics, faster: the batch norm
-        is folded into each convolution's kernel and bias, and each stack is one ``conv1d`` (fused
-        with its bias by oneDNN) over its own padded input, so nothing is tiled or windowed.
-        Backward stacks pad on the right and read the kernel's taps in reverse order.
+        Computes what :meth:`_training_conv_stacks` computes, with the moving statistics, faster:
+        the batch norm is folded into each convolution's kernel and bias, and each stack is one
+        ``conv1d`` (fused with its bias by oneDNN) over its own padded input, so nothing is tiled
+        or windowed. Backward stacks pad on the right and read the kernel's taps in reverse order.
         """
         S, k, d = self._num_stacks, self.kernel_size, self.hidden_dim
         half = S // 2
         stacks = [embedded] * S
         for i in range(self.conv_layers):
             # Fold in the variables' dtype (float32), then cast: no extra rounding under bf16.
-            scale = self.bn_gamma[i] * tf.math.rsqrt(self.bn_var[i] + 1e-5)  # [S, 1, 1, d]
-            shift = self._w(tf.reshape(self.bn_beta[i] - self.bn_mean[i] * scale, [S, d]))
+            scale, shift = batch_norm_affine(self.bn_mean[i], self.bn_var[i], self.bn_gamma[i],
+                                             self.bn_beta[i])  # [S, 1, 1, d]
+            shift = self._w(tf.reshape(shift, [S, d]))
             kernels = self._w(tf.reshape(self.conv_kernels[i] * scale[:, 0], [S, k, d, d]))
             outputs = []
             for s in range(S):
@@ -321,21 +354,18 @@ class GraphPredictor(keras.layers.Layer):
             stacks = outputs
         return stacks
 
-    def _batch_norm(self, i, x, conv_mask, training):
-        """Batch norm per stack and channel; statistics over real (unpadded) positions only."""
-        if training:
-            x32 = tf.cast(x, tf.float32)
-            m = tf.cast(conv_mask, tf.float32)
-            count = tf.maximum(tf.reduce_sum(m), 1.0)
-            mean = tf.reduce_sum(x32 * m, axis=[1, 2], keepdims=True) / count
-            var = tf.reduce_sum(tf.square((x32 - mean) * m), axis=[1, 2], keepdims=True) / count
-            self.bn_mean[i].assign(self.momentum * self.bn_mean[i] + (1 - self.momentum) * mean)
-            self.bn_var[i].assign(self.momentum * self.bn_var[i] + (1 - self.momentum) * var)
-            mean, var = tf.cast(mean, x.dtype), tf.cast(var, x.dtype)
-        else:
-            mean, var = self._w(self.bn_mean[i]), self._w(self.bn_var[i])
-        scale = self._w(self.bn_gamma[i]) * tf.math.rsqrt(var + 1e-5)
-        return x * scale + (self._w(self.bn_beta[i]) - mean * scale)
+    def _batch_statistics(self, i, x, conv_mask):
+        """Mean and (biased) variance of conv layer ``i``'s output ``x [S, B, T, d]`` per stack
+        and channel, over real (unpadded) positions only, ``[S, 1, 1, d]`` in ``x``'s dtype;
+        updates the layer's moving averages with them (computed in float32)."""
+        x32 = tf.cast(x, tf.float32)
+        m = tf.cast(conv_mask, tf.float32)
+        count = tf.maximum(tf.reduce_sum(m), 1.0)
+        mean = tf.reduce_sum(x32 * m, axis=[1, 2], keepdims=True) / count
+        var = tf.reduce_sum(tf.square((x32 - mean) * m), axis=[1, 2], keepdims=True) / count
+        self.bn_mean[i].assign(self.momentum * self.bn_mean[i] + (1 - self.momentum) * mean)
+        self.bn_var[i].assign(self.momentum * self.bn_var[i] + (1 - self.momentum) * var)
+        return tf.cast(mean, x.dtype), tf.cast(var, x.dtype)
 
     def _graphs(self, queries, keys, admissible, training=False):
         """Eq. 1 for every direction, layer and head at once: ``[B, 2, L, K, T, T]``.
@@ -345,6 +375,11 @@ class GraphPredictor(keras.layers.Layer):
         the layout of the score products, so nothing is transposed. The query threshold
         ``b = w . q_t + c`` is folded into the keys, ``q_t . k_s - w . q_t - c = q_t . (k_s - w) - c``,
         and ``c`` into the masking of the normalisation.
+
+        A coupled predictor computes Eq. 1 layer by layer instead (:meth:`_coupled_layer_graphs`),
+        with ``b`` subtracted from the scores: a second form, kept because it rounds differently
+        (merging the two would change a coupled predictor's outputs); the test of
+        ``tests/test_graph_predictor_forms.py`` checks that the two agree.
         """
         L, K, h = self.num_layers, self.num_heads, self.head_dim
         batch, length = tf.shape(queries)[0], tf.shape(queries)[2]
@@ -370,18 +405,14 @@ class GraphPredictor(keras.layers.Layer):
         return tf.reshape(kernel, [1, 2, self.num_layers * self.num_heads, self.hidden_dim,
                                    self.head_dim])
 
-    def _thresholds(self, q, layer=None):
-        """``b`` of Eq. 1, broadcastable to the scores ``[B, 2, L, K, T, T]`` (or one layer's)."""
+    def _thresholds(self, q, layer):
+        """Eq. 1's ``b`` for one graph layer, broadcastable to its scores ``[B, 2, 1, K, T, T]``."""
         if not self._learned_threshold:
             return tf.zeros([], q.dtype)
-        bias = self._w(self.threshold_bias)
-        if layer is not None:
-            bias = bias[:, layer:layer + 1]
+        bias = self._w(self.threshold_bias)[:, layer:layer + 1]
         if self.threshold == "scalar":
             return bias[None, :, :, None, None, None]
-        kernel = self._w(self.threshold_kernel)
-        if layer is not None:
-            kernel = kernel[:, layer:layer + 1]
+        kernel = self._w(self.threshold_kernel)[:, layer:layer + 1]
         return (tf.einsum("bzlkth,zlh->bzlkt", q, kernel)
                 + bias[None, :, :, None, None])[..., None]
 
@@ -407,18 +438,26 @@ class GraphPredictor(keras.layers.Layer):
         """
         graphs, all_features = [], []
         for layer in range(self.num_layers):
-            q = tf.einsum("bztd,zdkh->bzkth", features, self._w(self.query_kernel[:, :, layer]))
-            q = (q + self._w(self.query_bias[:, :, layer]))[:, :, None]  # [B, 2, 1, K, T, h]
-            k = tf.einsum("bzsd,zdkh->bzksh", features, self._w(self.key_kernel[:, :, layer]))
-            k = (k + self._w(self.key_bias[:, :, layer]))[:, :, None]
-            scores = tf.einsum("bzlkth,bzlksh->bzlkts", q, k) - self._thresholds(q, layer)
-            if training and self._live_row_hinge:
-                self._add_live_row_loss(scores, admissible)
-            graph = ops.normalize_scores(scores, admissible, self.normalization, self.epsilon)
+            graph = self._coupled_layer_graphs(features, layer, admissible, training)
             features = self.composer.compose(features, graph[:, :, 0])
             graphs.append(graph)
             all_features.append(features)
         return tf.concat(graphs, axis=2), tf.stack(all_features, axis=2)
+
+    def _coupled_layer_graphs(self, features, layer, admissible, training=False):
+        """Eq. 1 for one graph ``layer`` from ``features [B, 2, T, d]``: ``[B, 2, 1, K, T, T]``.
+
+        What ``_graphs(features, features, ...)[:, :, layer:layer + 1]`` computes, in its second
+        form (see :meth:`_graphs`).
+        """
+        q = tf.einsum("bztd,zdkh->bzkth", features, self._w(self.query_kernel[:, :, layer]))
+        q = (q + self._w(self.query_bias[:, :, layer]))[:, :, None]  # [B, 2, 1, K, T, h]
+        k = tf.einsum("bzsd,zdkh->bzksh", features, self._w(self.key_kernel[:, :, layer]))
+        k = (k + self._w(self.key_bias[:, :, layer]))[:, :, None]
+        scores = tf.einsum("bzlkth,bzlksh->bzlkts", q, k) - self._thresholds(q, layer)
+        if training and self._live_row_hinge:
+            self._add_live_row_loss(scores, admissible)
+        return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon)
 
     # ------------------------------------------------------------------ Keras plumbing
     def compute_output_shape(self, input_shape):

@@ -1,0 +1,88 @@
+"""GraphPredictor computes its CNNs and Eq. 1 in two forms each; the two forms agree.
+
+* The CNNs: training mode runs every stack's windows through one batched matrix product and
+  normalises with the batch's statistics; inference mode folds the batch norm (moving statistics)
+  into one ``conv1d`` per stack. With ``momentum=0`` a training call leaves the moving statistics
+  equal to that batch's, so an inference call on the same batch must give the same outputs.
+* Eq. 1: a decoupled predictor computes every layer at once with the query threshold folded into
+  the keys (``_graphs``); a coupled one computes one layer at a time with the threshold subtracted
+  from the scores (``_coupled_layer_graphs``). On the same features they must agree.
+
+The forms round differently (which is why both are kept: merging them would change outputs), so
+they agree to float32 rounding, not bit for bit.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from glomo_tf import GraphPredictor, ops
+from glomo_tf.layers.graph_predictor import BATCH_NORM_EPSILON, batch_norm_affine
+
+IDS = np.array([[5, 3, 9, 1, 7, 2, 4, 8],
+                [8, 2, 6, 11, 14, 0, 0, 0],  # trailing padding
+                [4, 0, 12, 7, 3, 0, 0, 0]],  # a hole, then padding
+               np.int32)
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+
+
+def predictor(rng, **kwargs):
+    config = dict(vocabulary_size=20, hidden_dim=8, num_layers=2, num_heads=2, head_dim=4,
+                  conv_layers=2, kernel_size=3)
+    config.update(kwargs)
+    layer = GraphPredictor(**config)
+    layer(IDS)
+    for weight in layer.trainable_weights:  # away from the initial values, biases included
+        weight.assign(weight.numpy() + rng.normal(0, 0.3, weight.shape).astype("float32"))
+    return layer
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(),
+    dict(kernel_size=1, conv_layers=3),
+    dict(kernel_size=4, hidden_dim=16, num_heads=4, head_dim=8),
+    dict(coupled=True, composition="gru"),
+    dict(coupled=True, composition="projected", threshold="scalar", normalization="entmax15"),
+])
+def test_inference_cnn_form_matches_the_training_form(kwargs, rng):
+    layer = predictor(rng, momentum=0.0, **kwargs)
+    training = layer(IDS, training=True)  # moving statistics := this batch's statistics
+    inference = layer(IDS, training=False)
+    for key in ("graphs", "features") if layer.coupled else ("graphs",):
+        np.testing.assert_allclose(inference[key], training[key], **TOLERANCE, err_msg=key)
+    # and the statistics were really used: other moving statistics give other graphs
+    layer.bn_mean[0].assign(layer.bn_mean[0] + 1.0)
+    assert np.abs(layer(IDS)["graphs"] - inference["graphs"]).max() > 1e-3
+
+
+@pytest.mark.parametrize("threshold,normalization,live_row_weight", [
+    ("query", "squared_relu", 0.5),
+    ("scalar", "squared_relu", 0.5),
+    ("query", "softmax", 0.0),
+    ("scalar", "entmax15", 0.0),
+])
+def test_coupled_eq1_form_matches_the_batched_form(threshold, normalization, live_row_weight,
+                                                   rng):
+    layer = predictor(rng, coupled=True, threshold=threshold, normalization=normalization,
+                      live_row_weight=live_row_weight, initial_threshold=0.0)
+    features = tf.constant(rng.normal(size=(3, 2, IDS.shape[1], 8)).astype("float32"))
+    admissible = ops.admissible_sources(ops.padding_mask_from_ids(IDS))
+    batched = layer._graphs(features, features, admissible, training=True)
+    for index in range(layer.num_layers):
+        single = layer._coupled_layer_graphs(features, index, admissible, training=True)
+        np.testing.assert_allclose(single, batched[:, :, index:index + 1], **TOLERANCE)
+    if live_row_weight:
+        # The live-row hinge: one loss over every layer, then one per layer (the same rows in
+        # each layer, so their mean is the first).
+        losses = [float(loss) for loss in layer.losses]
+        assert len(losses) == 1 + layer.num_layers and losses[0] > 0
+        np.testing.assert_allclose(np.mean(losses[1:]), losses[0], **TOLERANCE)
+
+
+def test_batch_norm_affine_is_batch_normalisation(rng):
+    x, mean, variance = rng.normal(size=(5, 3)), rng.normal(size=3), rng.uniform(0.5, 2, 3)
+    gamma, beta = rng.normal(size=3), rng.normal(size=3)
+    scale, shift = batch_norm_affine(*(tf.constant(v) for v in (mean, variance, gamma, beta)))
+    expected = (x - mean) / np.sqrt(variance + BATCH_NORM_EPSILON) * gamma + beta
+    np.testing.assert_allclose(x * scale.numpy() + shift.numpy(), expected, rtol=1e-12)
+    assert BATCH_NORM_EPSILON == 1e-5  # the value the saved predictors were trained with
