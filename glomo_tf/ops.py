@@ -10,12 +10,13 @@ return tensors of the TensorFlow backend and work under ``tf.function`` and XLA.
 
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.layers._common import masked_softmax
 
 FORWARD = 0
 BACKWARD = 1
-DIRECTIONS = ("forward", "backward")
-NORMALIZATIONS = ("squared_relu", "softmax", "entmax15")
+DIRECTIONS = hparams.DIRECTIONS
+NORMALIZATIONS = hparams.NORMALIZATIONS
 
 
 def padding_mask_from_ids(token_ids):

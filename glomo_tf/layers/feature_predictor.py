@@ -3,9 +3,9 @@
 import keras
 import tensorflow as tf
 
+from glomo_tf import hparams
+from glomo_tf.hparams import COMPOSITIONS
 from glomo_tf.layers._common import compute_cast, gru_update
-
-COMPOSITIONS = ("gru", "residual", "projected")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -58,10 +58,7 @@ class FeaturePredictor(keras.layers.Layer):
         super().__init__(**kwargs)
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}.")
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}: the heads "
-                "split the features.")
+        hparams.check_heads_divide(hidden_dim, num_heads)
         self.hidden_dim = int(hidden_dim)
         self.num_heads = int(num_heads)
         self.composition = composition

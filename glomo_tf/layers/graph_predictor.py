@@ -5,11 +5,10 @@ import numbers
 import keras
 import tensorflow as tf
 
-from glomo_tf import ops
+from glomo_tf import hparams, ops
+from glomo_tf.hparams import COMPOSITIONS, NORMALIZATIONS, THRESHOLDS
 from glomo_tf.layers._common import compute_cast
-from glomo_tf.layers.feature_predictor import COMPOSITIONS, FeaturePredictor
-
-THRESHOLDS = ("query", "scalar")
+from glomo_tf.layers.feature_predictor import FeaturePredictor
 
 # Added to the variance in the CNNs' batch norm (the reference code's, PyTorch's default).
 BATCH_NORM_EPSILON = 1e-5
@@ -153,13 +152,12 @@ class GraphPredictor(keras.layers.Layer):
             raise ValueError(f"conv_layers must be >= 0, got {conv_layers}.")
         if threshold not in THRESHOLDS:
             raise ValueError(f"threshold must be one of {THRESHOLDS}, got {threshold!r}.")
-        if normalization not in ops.NORMALIZATIONS:
+        if normalization not in NORMALIZATIONS:
             raise ValueError(
-                f"normalization must be one of {ops.NORMALIZATIONS}, got {normalization!r}.")
-        if coupled and hidden_dim % num_heads:
-            raise ValueError(
-                f"A coupled predictor splits hidden_dim={hidden_dim} into num_heads={num_heads} "
-                "heads for its feature composition: choose hidden_dim divisible by num_heads.")
+                f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
+        if coupled:
+            hparams.check_heads_divide(hidden_dim, num_heads,
+                                       what="a coupled predictor's feature composition")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
         if live_row_weight < 0 or live_row_margin < 0:
