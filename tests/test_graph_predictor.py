@@ -341,10 +341,6 @@ def test_layer_harness(name, tmp_path):
              conv_layers=2, kernel_size=3, **kwargs),
         (IDS,), tmp_path=tmp_path,
         input_shapes=[(None,)],  # token ids of any length, as in a downstream model
-        # Known defect (glomo_tf/layers/graph_predictor.py): without compute_output_spec Keras
-        # gives every symbolic output the compute dtype, so the symbolic padding_mask is float32
-        # while the eager one is bool.
-        symbolic_dtypes={key: "float32" for key in outputs},
         # Graphs are computed in float32 and cast back; the padding mask stays bool.
         bfloat16_dtypes={key: "bool" if key == "padding_mask" else "bfloat16" for key in outputs},
         mask_check=MaskCheck(perturb=with_trailing_padding, real=at_real_positions))

@@ -468,6 +468,13 @@ class GraphPredictor(keras.layers.Layer):
             shapes["features"] = (batch, 2, self.num_layers, length, self.hidden_dim)
         return shapes
 
+    def compute_output_spec(self, token_ids, training=False):
+        """Symbolic outputs with the dtypes the call returns: the padding mask is bool."""
+        shapes = self.compute_output_shape(token_ids.shape)
+        return {key: keras.KerasTensor(shape, dtype="bool" if key == "padding_mask"
+                                       else self.compute_dtype)
+                for key, shape in shapes.items()}
+
     def get_config(self):
         config = super().get_config()
         config.update({
