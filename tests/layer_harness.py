@@ -51,6 +51,18 @@ genuinely does not support it, with the reason next to the argument:
    names, or one name for every output; default: ``"bfloat16"`` for each floating output, the
    float32 run's dtype for the others), are finite and, with the reference's weights, are within
    ``bfloat16_rtol`` (default 0.05) of the float32 outputs, relative to their largest magnitude.
+3b. ``layer_policy_check=True``: the same with ``dtype="mixed_bfloat16"`` given to the layer
+   alone, under the float32 global policy (the layer is built from ``init_kwargs`` plus that
+   ``dtype``, which ``init_kwargs`` must not set itself). The layer's and every sub-layer's
+   ``dtype_policy.name`` is ``mixed_bfloat16``, every floating weight is float32 and the outputs
+   pass check 3's dtype and accuracy checks (same ``bfloat16_dtypes`` and ``bfloat16_rtol``): a
+   sub-layer created without ``dtype=self.dtype_policy`` computes in float32 here, where check 3
+   cannot see it. With check 3 on, the outputs equal check 3's bit for bit (a difference means
+   code that reads the global policy). Layers passed in as constructor arguments
+   (``GlomoTransfer``'s predictor), and their sub-layers, keep the policy they were made with:
+   they are not checked, nor then compared with check 3. Also
+   ``cls.from_config(get_config())`` keeps the policies of the layer and of its sub-layers and,
+   with the layer's weights, gives its outputs.
 4. masks: the outputs at real positions, ``mask_check.real(outputs)``, do not change (1e-5) when
    ``mask_check.perturb`` changes the inputs at padded positions. The perturbation must change an
    input and the compared outputs must not all be zero. With ``mask_check.unmasked`` the same
@@ -109,7 +121,7 @@ def run_layer_test(cls, init_kwargs, call_args=(), call_kwargs=None, *, tmp_path
                    randomize=jitter_weights, extra_outputs=None, config_check=True,
                    saving_check="functional", input_shapes=None, symbolic_dtypes=None,
                    bfloat16_check=True, bfloat16_dtypes=None, bfloat16_rtol=0.05,
-                   jit_check=True, jit_atol=1e-5, seed=0):
+                   layer_policy_check=True, jit_check=True, jit_atol=1e-5, seed=0):
     """Runs the checks of this module's docstring on one configuration of ``cls``."""
     call_kwargs = dict(call_kwargs or {})
     template, leaves = _template((tuple(call_args), call_kwargs))
@@ -134,9 +146,13 @@ def run_layer_test(cls, init_kwargs, call_args=(), call_kwargs=None, *, tmp_path
     if saving_check:
         _check_saving(name, cls, init_kwargs, template, leaves, randomize, seed, tmp_path,
                       saving_check, extra_outputs, input_shapes, symbolic_dtypes)
+    global_bfloat16 = None
     if bfloat16_check:
-        _check_bfloat16(name, cls, init_kwargs, template, leaves, layer, reference,
-                        bfloat16_dtypes, bfloat16_rtol)
+        global_bfloat16 = _check_bfloat16(name, cls, init_kwargs, template, leaves, layer,
+                                          reference, bfloat16_dtypes, bfloat16_rtol)
+    if layer_policy_check:
+        _check_layer_policy(name, cls, init_kwargs, template, leaves, layer, reference,
+                            bfloat16_dtypes, bfloat16_rtol, global_bfloat16)
     if mask_check is not None:
         _check_mask(name, layer, tuple(call_args), call_kwargs, reference, mask_check)
     if jit_check:
@@ -235,20 +251,80 @@ def _check_bfloat16(name, cls, init_kwargs, template, leaves, reference_layer, r
     for sub in layer._flatten_layers(include_self=False):
         assert sub.compute_dtype == "bfloat16", \
             f"{name}'s sub-layer {sub.name} computes in {sub.compute_dtype}"
+    _check_bfloat16_outputs(name, "under mixed_bfloat16", outputs, reference, expected, rtol)
+    return outputs
+
+
+def _check_layer_policy(name, cls, init_kwargs, template, leaves, reference_layer, reference,
+                        expected, rtol, global_outputs):
+    policy = "mixed_bfloat16"
+    what = f"with dtype={policy!r} (float32 global policy)"
+
+    def check_policies(layer):
+        assert layer.dtype_policy.name == policy, \
+            f"{name} {what} has the policy {layer.dtype_policy.name}"
+        for sub in layer._flatten_layers(include_self=False):
+            if id(sub) not in given:
+                assert sub.dtype_policy.name == policy, \
+                    f"{name} {what}: sub-layer {sub.name} has the policy " \
+                    f"{sub.dtype_policy.name} (create it with dtype=self.dtype_policy)"
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        kwargs = dict(init_kwargs() if callable(init_kwargs) else init_kwargs)
+        assert "dtype" not in kwargs, \
+            f"{name}: init_kwargs sets dtype; the per-layer policy check sets it itself"
+        # Layers passed in (and their sub-layers) keep the policy they were made with.
+        given = {id(sub) for value in kwargs.values() if isinstance(value, keras.layers.Layer)
+                 for sub in value._flatten_layers(include_self=True)}
+        layer = cls(**kwargs, dtype=policy)
+        try:
+            _call(layer, template, leaves)  # builds the layer and its sub-layers
+        except Exception:
+            check_policies(layer)  # a float32 sub-layer is the likely cause: say so
+            raise
+        check_policies(layer)
+        layer.set_weights(reference_layer.get_weights())  # float32 variables in both
+        outputs = _call(layer, template, leaves)
+        clone = cls.from_config(layer.get_config())
+        _call(clone, template, leaves)
+        clone.set_weights(layer.get_weights())
+        cloned_outputs = _call(clone, template, leaves)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    for variable in layer.weights:
+        if _is_floating(variable.dtype):
+            assert variable.dtype == "float32", \
+                f"{name} {what}: weight {variable.path} is {variable.dtype}"
+    _check_bfloat16_outputs(name, what, outputs, reference, expected, rtol)
+    if global_outputs is not None and not given:
+        # The same weights and the same policy, only given differently: the same computation.
+        _assert_close(_numpy(outputs), _numpy(global_outputs), 0.0, 0.0,
+                      f"{name} {what} and under the global mixed_bfloat16 policy")
+    policies = [sub.dtype_policy.name for sub in layer._flatten_layers(include_self=True)]
+    assert [sub.dtype_policy.name for sub in clone._flatten_layers(include_self=True)] \
+        == policies, f"{name} {what}: from_config(get_config()) changed the dtype policies"
+    _assert_close(_numpy(cloned_outputs), _numpy(outputs), 1e-6, 1e-7,
+                  f"{name} {what}: config round trip")
+
+
+def _check_bfloat16_outputs(name, what, outputs, reference, expected, rtol):
+    """Check 3's output checks: dtypes, finite, within ``rtol`` of the float32 ``reference``."""
     got, want = _flatten(outputs), _flatten(reference)
-    assert [p for p, _ in got] == [p for p, _ in want], f"{name}: other outputs under bfloat16"
+    assert [p for p, _ in got] == [p for p, _ in want], f"{name}: other outputs {what}"
     dtypes = _dtypes(expected, ["bfloat16" if _is_floating(value.dtype) else str(value.dtype)
                                 for _, value in want])
     for (path, tensor), (_, ref), dtype in zip(got, want, dtypes):
         actual = keras.backend.standardize_dtype(tensor.dtype)
-        assert actual == dtype, f"{name} output{path} is {actual} under mixed_bfloat16, not {dtype}"
+        assert actual == dtype, f"{name} output{path} is {actual} {what}, not {dtype}"
         if not _is_floating(tensor.dtype):
             continue
         value = np.asarray(tf.cast(tensor, tf.float32))
-        assert np.all(np.isfinite(value)), f"{name} output{path} is not finite under bfloat16"
+        assert np.all(np.isfinite(value)), f"{name} output{path} is not finite {what}"
         error, scale = np.abs(value - ref).max(), np.abs(ref).max()
         assert error <= rtol * scale, \
-            f"{name} output{path}: bfloat16 differs from float32 by {error} (largest |x| {scale})"
+            f"{name} output{path} {what} differs from float32 by {error} (largest |x| {scale})"
 
 
 def _check_mask(name, layer, args, kwargs, reference, check):

@@ -1,11 +1,15 @@
-"""Tests of ContextDecoder: targets, weights, tied logits from a NumPy GRU stack, no peeking; the
-layer harness (serialization, bfloat16, XLA)."""
+"""Tests of ContextDecoder: targets, weights, tied logits from a NumPy GRU stack, no peeking,
+positions of any integer dtype, the docstring example; the layer harness (serialization,
+bfloat16, XLA)."""
+
+import doctest
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from glomo_tf import ContextDecoder
+from glomo_tf.layers import context_decoder
 from layer_harness import run_layer_test
 
 VOCAB, D_MODEL, CONTEXT = 30, 8, 3
@@ -96,6 +100,36 @@ def test_targets_and_weights(direction, rng):
         np.testing.assert_array_equal(out["targets"].numpy()[1, 3], [0, 6, 11])  # x5 is padding
         np.testing.assert_array_equal(out["weights"].numpy()[1, 3], [0, 1, 1])
         np.testing.assert_array_equal(out["weights"].numpy()[:, 0], 0)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int16", "uint8"])
+def test_positions_of_any_integer_dtype(dtype, rng):
+    """Positions of any integer dtype (NumPy's default int64 included) give the int32 results,
+    eagerly and under XLA; floating positions are refused."""
+    decoder = make_decoder(rng=rng)
+    states = rng.normal(size=(2, len(POSITIONS), D_MODEL)).astype("float32")
+    embedding = rng.normal(size=(VOCAB, D_MODEL)).astype("float32")
+    positions = POSITIONS.astype(dtype)
+    compiled = tf.function(decoder, jit_compile=True)
+    for call, wrap in ((decoder, np.asarray), (compiled, tf.constant)):
+        expected = call(states, wrap(POSITIONS), IDS, embedding)
+        out = call(states, wrap(positions), IDS, embedding)
+        for key in expected:
+            np.testing.assert_array_equal(out[key].numpy(), expected[key].numpy(), err_msg=key)
+    with pytest.raises(TypeError, match="integer positions"):
+        decoder(states, POSITIONS.astype("float32"), IDS, embedding)
+
+
+def test_docstring_example():
+    """The class docstring's example runs (its positions are NumPy's default int64)."""
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = finder.find(context_decoder)  # run in a copy of the module's globals
+    assert sum(len(t.examples) for t in tests) >= 5
+    for test in tests:
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed"
 
 
 def test_target_positions():

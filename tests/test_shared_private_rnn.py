@@ -179,6 +179,32 @@ def test_fully_shared_state_gets_auxiliary_gradient_everywhere(rng):
     assert np.all(np.abs(recurrent_grad).max(0) > 0)
 
 
+def test_per_layer_policy_reaches_the_auxiliary_decoders(rng):
+    """``dtype="mixed_bfloat16"`` given to the layer alone (float32 global policy) runs the
+    auxiliary GRUs and projections in bfloat16, as the global policy does: the same states and
+    the same auxiliary loss, bit for bit, from the same weights and anchors."""
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    results, weights = [], None
+    for global_policy, kwargs in (("mixed_bfloat16", {}), ("float32", {"dtype": "mixed_bfloat16"})):
+        keras.mixed_precision.set_global_policy(global_policy)  # conftest restores float32
+        layer = make_layer(**kwargs)
+        layer(x, mask=MASK)
+        if weights is None:
+            randomize(layer, rng)
+            weights = layer.get_weights()
+        else:
+            layer.set_weights(weights)
+        for decoder in (layer.reconstructor, layer.reconstruct_projection, layer.predictor,
+                        layer.predict_projection):
+            assert decoder.compute_dtype == "bfloat16", (global_policy, decoder.name)
+        states = layer(x, mask=MASK, aux_targets=IDS, training=True)
+        assert states.dtype == "bfloat16" and len(layer.losses) == 1
+        results.append((np.asarray(tf.cast(states, tf.float32)), float(layer.losses[0])))
+    (global_states, global_loss), (layer_states, layer_loss) = results
+    np.testing.assert_array_equal(layer_states, global_states)
+    assert layer_loss == global_loss
+
+
 # ---------------------------------------------------------------------------- harness
 def garbage_at_padding(args, kwargs):
     return (np.where(MASK[..., None], args[0], 9.0).astype("float32"),), kwargs

@@ -26,7 +26,8 @@ class ContextDecoder(keras.layers.Layer):
 
     Call arguments:
         initial_states: ``[batch, S, hidden_dim]``, the state each decoded context starts from.
-        positions: int ``[S]``, the start position ``t`` of each state (shared by the batch).
+        positions: int ``[S]`` (any integer dtype), the start position ``t`` of each state
+            (shared by the batch).
         token_ids: int ``[batch, T]``, the sequence the targets come from (0 = padding).
         embedding_matrix: ``[vocabulary_size, hidden_dim]``, inputs and tied output projection.
         training: bool.
@@ -80,7 +81,11 @@ class ContextDecoder(keras.layers.Layer):
         return positions[:, None] + offsets[None, :]
 
     def call(self, initial_states, positions, token_ids, embedding_matrix, training=False):
-        positions = tf.convert_to_tensor(positions, tf.int32)
+        positions = tf.convert_to_tensor(positions)
+        if not positions.dtype.is_integer:
+            raise TypeError(f"ContextDecoder expects integer positions [S], got dtype "
+                            f"{positions.dtype}.")
+        positions = tf.cast(positions, tf.int32)  # any integer dtype (NumPy's default is int64)
         token_ids = tf.cast(token_ids, tf.int32)
         length = tf.shape(token_ids)[1]
         target_pos = self.target_positions(positions)  # [S, D]

@@ -97,14 +97,19 @@ class ContextualizedNonLocal(keras.layers.Layer):
     def build(self, inputs_shape, edge_features_shape=None, node_features_shape=None):
         d = int(inputs_shape[-1])
         u, num_layers = self.units, self.num_layers
-        self.input_dropout = keras.layers.Dropout(self.dropout, name="input_dropout")
+        # Every sub-layer shares this layer's dtype policy (also one given to this layer alone,
+        # not globally): a float32 sub-layer would cast its bfloat16 inputs back to float32.
+        policy = self.dtype_policy
+        self.input_dropout = keras.layers.Dropout(self.dropout, dtype=policy, name="input_dropout")
         if self.context == "lstm":
+            # Bidirectional copies the wrapped LSTM from its config: the LSTM needs the policy too.
             self.context_encoder = keras.layers.Bidirectional(
-                keras.layers.LSTM(u, return_sequences=True), name="context_lstm")
+                keras.layers.LSTM(u, return_sequences=True, dtype=policy), dtype=policy,
+                name="context_lstm")
             context_dim = 2 * u
         else:
             self.context_encoder = keras.layers.Conv1D(u, 3, padding="same", activation="tanh",
-                                                       name="context_cnn")
+                                                       dtype=policy, name="context_cnn")
             context_dim = u
         self.context_encoder.build((None, None, d))
         self.has_node_features = node_features_shape is not None
@@ -112,7 +117,7 @@ class ContextualizedNonLocal(keras.layers.Layer):
         if self.has_node_features:
             attribute_dim += int(node_features_shape[-1])
         self.attribute_dim = attribute_dim
-        self.node_projection = keras.layers.Dense(u, name="node_projection")
+        self.node_projection = keras.layers.Dense(u, dtype=policy, name="node_projection")
         self.node_projection.build((None, None, attribute_dim))
 
         init = keras.initializers.VarianceScaling(1.0, "fan_avg", "uniform")

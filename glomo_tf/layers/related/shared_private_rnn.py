@@ -151,16 +151,21 @@ class SharedPrivateRNN(keras.layers.Layer):
         self.recurrent_structure = structure
         self.reconstructor = self.reconstruct_projection = None
         self.predictor = self.predict_projection = None
+        # The auxiliary decoders share this layer's dtype policy (also one given to this layer
+        # alone, not globally), as the main recurrence does.
+        policy = self.dtype_policy
         if self.reconstruct_length:
-            self.reconstructor = keras.layers.GRU(r, return_sequences=True, name="reconstructor")
+            self.reconstructor = keras.layers.GRU(r, return_sequences=True, dtype=policy,
+                                                  name="reconstructor")
             self.reconstructor.build((None, None, d_in))
-            self.reconstruct_projection = keras.layers.Dense(self.vocabulary_size,
-                                                             name="reconstruct_projection")
+            self.reconstruct_projection = keras.layers.Dense(
+                self.vocabulary_size, dtype=policy, name="reconstruct_projection")
             self.reconstruct_projection.build((None, None, r))
         if self.predict_length:
-            self.predictor = keras.layers.GRU(r, return_sequences=True, name="predictor")
+            self.predictor = keras.layers.GRU(r, return_sequences=True, dtype=policy,
+                                              name="predictor")
             self.predictor.build((None, None, d_in))
-            self.predict_projection = keras.layers.Dense(self.vocabulary_size,
+            self.predict_projection = keras.layers.Dense(self.vocabulary_size, dtype=policy,
                                                          name="predict_projection")
             self.predict_projection.build((None, None, r))
         self.built = True
