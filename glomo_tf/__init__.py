@@ -1,13 +1,44 @@
 """glomo_tf: GLoMo latent relational graphs, learned without labels and transferred in Keras."""
 
-from glomo_tf.layers import (ContextDecoder, ContextualizedNonLocal, FeaturePredictor,
-                             GlomoTransfer, GraphMixture, GraphPredictor, LinearChainCRF,
-                             SharedPrivateRNN)
-from glomo_tf.models import GlomoPretrainer, Perplexity
-from glomo_tf.saving import load_graph_predictor, save_graph_predictor
+import importlib
+import os
+import sys
 
 __version__ = "0.1.0"
 
-__all__ = ["ContextDecoder", "ContextualizedNonLocal", "FeaturePredictor", "GlomoPretrainer",
-           "GlomoTransfer", "GraphMixture", "GraphPredictor", "LinearChainCRF", "Perplexity",
-           "SharedPrivateRNN", "load_graph_predictor", "save_graph_predictor"]
+# Public name -> its module.
+_PUBLIC = {
+    "ContextDecoder": "glomo_tf.layers", "ContextualizedNonLocal": "glomo_tf.layers",
+    "FeaturePredictor": "glomo_tf.layers", "GlomoTransfer": "glomo_tf.layers",
+    "GraphMixture": "glomo_tf.layers", "GraphPredictor": "glomo_tf.layers",
+    "LinearChainCRF": "glomo_tf.layers", "SharedPrivateRNN": "glomo_tf.layers",
+    "GlomoPretrainer": "glomo_tf.models", "Perplexity": "glomo_tf.models",
+    "load_graph_predictor": "glomo_tf.saving", "save_graph_predictor": "glomo_tf.saving",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'glomo_tf' has no attribute {name!r}")
+
+
+def _started_as_the_command_line():
+    """True in a process started as the ``glomo`` command (its console script)."""
+    name = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv else ""))[0]
+    return name in ("glomo", "glomo-script")
+
+
+# `import glomo_tf` imports TensorFlow and the layers, which registers every class with Keras, so
+# `keras.saving.load_model` reads glomo_tf models after it. The `glomo` command defers that to the
+# command that needs it (its --help and flag errors come before TensorFlow loads), and the names
+# above then load on first use.
+if not _started_as_the_command_line():
+    from glomo_tf.layers import (ContextDecoder, ContextualizedNonLocal,  # noqa: F401
+                                 FeaturePredictor, GlomoTransfer, GraphMixture, GraphPredictor,
+                                 LinearChainCRF, SharedPrivateRNN)
+    from glomo_tf.models import GlomoPretrainer, Perplexity  # noqa: F401
+    from glomo_tf.saving import load_graph_predictor, save_graph_predictor  # noqa: F401

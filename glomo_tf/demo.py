@@ -182,7 +182,7 @@ def examples_figure(graphs, corpus, report, examples):
 
 
 def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, test_windows,
-             examples, seed=0):
+             examples, seed=0, verbose=1):
     """Pretrains, evaluates and writes the outputs; returns the metrics dict (also saved)."""
     start = time.time()
     from glomo_tf import viz
@@ -200,7 +200,8 @@ def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, tes
           f"{steps_per_epoch} steps of {batch_size} windows:")
     fit_start = time.time()
     history = model.fit(training_dataset(train.token_ids, batch_size, seed), epochs=epochs,
-                        steps_per_epoch=steps_per_epoch, verbose=1)
+                        steps_per_epoch=steps_per_epoch, verbose=verbose,
+                        shuffle=False)  # the dataset shuffles itself
     fit_seconds = time.time() - fit_start
 
     graphs = predict_graphs(model, test.token_ids)

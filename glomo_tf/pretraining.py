@@ -106,6 +106,7 @@ class PretrainingConfig:
         learning rate 1.0 for SGD and 1e-3 for Adam, no probes); raises ``ValueError`` naming the
         setting to change."""
         c = dataclasses.replace(self)
+        _check_ranges(c)
         if not c.train and not c.tfds:
             raise ValueError("give the corpus with --train FILE... (text files or globs) or "
                              "--tfds NAME.")
@@ -135,6 +136,27 @@ class PretrainingConfig:
     def model_args(self):
         """``GlomoPretrainer.from_sizes``' keyword arguments."""
         return {k: getattr(self, k) for k in MODEL_ARGS}
+
+# Each setting's smallest value (None allowed where the default is None).
+_AT_LEAST = dict(hidden_dim=1, num_layers=1, num_heads=1, head_dim=1, conv_layers=0, kernel_size=1,
+                 context_length=1, decoder_layers=1, vocab_size=3, min_count=1, window=2, shift=1,
+                 epochs=1, steps_per_epoch=1, batch_size=1, global_batch_size=1, momentum=0,
+                 clipnorm=0, early_stopping=0, checkpoint_every=1)
+
+
+def _check_ranges(c):
+    """Raises ``ValueError`` naming the first flag whose value is out of range."""
+    for name, least in _AT_LEAST.items():
+        value = getattr(c, name)
+        if value is not None and value < least:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least {least}, got {value}.")
+    for name in ("validation_fraction", "dropout"):
+        value = getattr(c, name)
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {value}.")
+    if c.learning_rate is not None and c.learning_rate <= 0:
+        raise ValueError(f"--learning-rate must be > 0, got {c.learning_rate}.")
+
 
 def check_resumable(saved, current):
     """Raises ``ValueError`` when a resumed run was started with different settings."""

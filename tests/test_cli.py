@@ -55,3 +55,44 @@ def test_the_library_never_imports_the_command_line():
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not offenders, offenders
     assert len(list(root.rglob("*.py"))) > 30  # the walk saw the package
+
+
+def run_as_glomo(argv, timeout=600):
+    """``glomo ARGV`` as the console script runs it, in a fresh process without the test
+    session's TF_CPP_MIN_LOG_LEVEL (the command must set what it needs)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    code = (f"import sys\nsys.argv = ['glomo'] + {list(argv)!r}\n"
+            "from glomo_tf.cli import main\nsys.exit(main())")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_help_parses_without_importing_tensorflow():
+    """`glomo --help` and every `glomo CMD --help` are answered before TensorFlow, Keras or
+    tensorflow-text is imported (they take seconds to import)."""
+    from glomo_tf.cli import COMMANDS
+
+    commands = [command for command, _ in COMMANDS]
+    code = ("import sys\nsys.argv = ['glomo']\nfrom glomo_tf.cli import main\n"
+            f"for argv in [['--help'], ['--version']] + [[c, '--help'] for c in {commands!r}]:\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'tensorflow', 'keras', 'tensorflow_text', 'keras_tuner', 'grpc'})\n"
+            "print('HEAVY', heavy)")
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "HEAVY []" in proc.stdout, proc.stdout[-500:]
+    assert proc.stderr == ""
+
+
+def test_a_command_prints_no_tensorflow_log_and_no_python_warning(tmp_path):
+    """`glomo demo --quick` with its output in a pipe: nothing on stderr (no oneDNN/CUDA start-up
+    lines, no Keras warning), one line per epoch on stdout (no carriage-return progress bar)."""
+    proc = run_as_glomo(["demo", "--quick", "--output-dir", str(tmp_path / "demo")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == "", proc.stderr[-3000:]
+    assert "\r" not in proc.stdout and "\x1b[" not in proc.stdout
+    assert "recovery: forward" in proc.stdout
+    assert any(line.startswith("3/3 - ") for line in proc.stdout.splitlines()), proc.stdout

@@ -126,6 +126,25 @@ def test_inconsistent_settings(tmp_path, corpus, capsys, argv, fragment):
                        fragment)
 
 
+@pytest.mark.parametrize("argv, fragment", [
+    (["--hidden-dim", "-16"], "--hidden-dim must be at least 1, got -16"),
+    (["--vocab-size", "-5"], "--vocab-size must be at least 3, got -5"),
+    (["--heads", "0"], "--num-heads must be at least 1, got 0"),
+    (["--epochs", "-1"], "--epochs must be at least 1, got -1"),
+    (["--batch-size", "-8"], "--batch-size must be at least 1, got -8"),
+    (["--validation-fraction", "1.5"], "--validation-fraction must be in [0, 1), got 1.5"),
+    (["--learning-rate", "0"], "--learning-rate must be > 0"),
+])
+def test_out_of_range_flags_are_refused_before_the_corpus_is_read(tmp_path, capsys, argv,
+                                                                  fragment):
+    """The corpus named here does not exist: the range error must come first (no vocabulary
+    built, nothing read), as one line."""
+    missing = str(tmp_path / "not-read-*.txt")
+    expect_usage_error(capsys, ["--train", missing, *argv, "--output-dir", str(tmp_path / "r")],
+                       fragment)
+    assert not (tmp_path / "r" / "tokenizer").exists()
+
+
 def test_a_run_that_never_trained_leaves_nothing_to_resume(tmp_path, capsys):
     """Its settings and tokenizer do not bind the next attempt in the same directory."""
     run = str(tmp_path / "run")

@@ -9,6 +9,9 @@ printed as one clear line, without a traceback. Nothing outside this package imp
 
 import argparse
 import importlib
+import importlib.abc
+import importlib.util
+import logging
 import os
 import sys
 
@@ -37,8 +40,57 @@ def build_parser(commands=COMMANDS):
     return parser
 
 
+class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
+    """Mutes the standard error file descriptor while ``tensorflow`` is first imported.
+
+    TensorFlow's C++ libraries print start-up lines (oneDNN, CUDA drivers) to file descriptor 2
+    before ``TF_CPP_MIN_LOG_LEVEL`` applies; a command's output should not begin with them. Only
+    that import is muted: an exception it raises is printed as usual, after the descriptor is back.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)  # one import only; find the real spec below
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def quiet_exec_module(module):
+            sys.stderr.flush()
+            saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            try:
+                exec_module(module)
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                os.close(devnull)
+
+        spec.loader.exec_module = quiet_exec_module
+        return spec
+
+
+class _ExpectedRetracing(logging.Filter):
+    """Drops TensorFlow's "triggered tf.function retracing" warning: the commands build a new
+    model per seed, variant or trial, each traced once, which is expected."""
+
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+def quiet_tensorflow():
+    """Keeps TensorFlow's start-up log lines and expected-retracing warnings out of the output."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "tensorflow" not in sys.modules and not any(
+            isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _QuietTensorFlowImport())
+    logging.getLogger("tensorflow").addFilter(_ExpectedRetracing())
+
+
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

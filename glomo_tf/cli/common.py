@@ -1,6 +1,7 @@
 """What the ``glomo`` commands share: :class:`UsageError` and the pretrained-predictor flags."""
 
 import os
+import sys
 
 
 class UsageError(Exception):
@@ -43,3 +44,19 @@ def pretrained_paths(args):
     if not os.path.exists(tokenizer):
         raise UsageError(f"No tokenizer at {tokenizer!r} (a directory with vocab.txt).")
     return model, tokenizer
+
+
+def add_verbose_argument(parser):
+    """``--verbose``: how much ``model.fit`` prints (see :func:`resolve_verbose`)."""
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=None,
+                        help="0: quiet, 1: a progress bar, 2: one line per epoch (default: 1 on a "
+                             "terminal, 2 when the output goes to a file or a pipe)")
+
+
+def resolve_verbose(value):
+    """``--verbose`` as given, else 1 (progress bar) on a terminal and 2 (one line per epoch)
+    otherwise: a redirected progress bar is one carriage-return line per epoch, thousands of
+    characters long."""
+    if value is not None:
+        return value
+    return 1 if sys.stdout.isatty() else 2

@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 
 from glomo_tf import hparams
-from glomo_tf.cli.common import UsageError
+from glomo_tf.cli.common import UsageError, add_verbose_argument, resolve_verbose
 from glomo_tf.pretraining import (OPTIMIZERS, SCHEDULES, SPLITTERS, PretrainingConfig,
                                   run_pretraining)
 
@@ -99,8 +99,7 @@ def register(subparsers):
                            metavar="STEPS")
     run_group.add_argument("--probe", action="append", default=None, metavar="TEXT",
                            help="probe sentence drawn in TensorBoard every epoch (repeatable)")
-    run_group.add_argument("--verbose", type=int, choices=(0, 1, 2), default=D.verbose,
-                           help="1: progress bar, 2: one line per epoch")
+    add_verbose_argument(run_group)
     p.set_defaults(func=run)
 
 
@@ -108,6 +107,7 @@ def run(args):
     names = {field.name for field in dataclasses.fields(PretrainingConfig)}
     settings = {k: v for k, v in vars(args).items() if k in names}
     settings["num_positions"] = _positions(settings["num_positions"])
+    settings["verbose"] = resolve_verbose(settings["verbose"])
     config = PretrainingConfig(**settings)
     try:
         return run_pretraining(config)

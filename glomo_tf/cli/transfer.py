@@ -37,7 +37,8 @@ import dataclasses
 import os
 
 from glomo_tf import hparams
-from glomo_tf.cli.common import add_pretrained_arguments, pretrained_paths
+from glomo_tf.cli.common import (add_pretrained_arguments, add_verbose_argument,
+                                 pretrained_paths, resolve_verbose)
 from glomo_tf.experiments import DATASETS, SPLITS, TransferConfig, run_transfer
 
 D = TransferConfig(dataset="", output_dir="")  # the defaults
@@ -89,8 +90,7 @@ def register(subparsers):
     model.add_argument("--learning-rate", type=float, default=D.learning_rate,
                        help="Adam learning rate")
     parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
-    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=D.verbose,
-                        help="model.fit verbosity (1: progress bar)")
+    add_verbose_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -100,6 +100,7 @@ def run(args):
     names = {field.name for field in dataclasses.fields(TransferConfig)}
     settings = {k: v for k, v in vars(args).items() if k in names and k not in ("model",
                                                                                    "tokenizer")}
+    settings["verbose"] = resolve_verbose(settings["verbose"])
     config = TransferConfig(model=model, tokenizer=tokenizer, **settings)
     record = {k: v for k, v in vars(args).items() if k != "func"}  # the flags as given
     markdown = run_transfer(config, record=record)

@@ -1,14 +1,30 @@
-"""Data for glomo_tf: the built-in planted corpus (and text pipelines)."""
+"""Data for glomo_tf: the built-in planted corpus, the tokenizer, corpora and labelled datasets.
 
-from glomo_tf.data.planted import (PlantedCorpus, PlantedVocabulary, builtin_corpus, chance_level,
-                                   edge_recovery, generate_planted_corpus, positional_baseline,
-                                   same_type_chance)
+The names below load their module on first use: the planted corpus and the labelled-data
+readers need only NumPy, the tokenizer and the corpus pipelines TensorFlow and tensorflow-text.
+"""
 
-__all__ = ["PlantedCorpus", "PlantedVocabulary", "builtin_corpus", "chance_level", "edge_recovery",
-           "generate_planted_corpus", "positional_baseline", "same_type_chance"]
-from glomo_tf.data.corpus import (check_vocabulary_matches, count_undecodable,  # noqa: E402,F401
-                                  pretraining_datasets, text_lines, tfds_lines, windows)
-from glomo_tf.data.vocabulary import Tokenizer, Vocabulary  # noqa: E402,F401
-from glomo_tf.data.labeled import (kfold_splits, load_labeled_text, load_mr,  # noqa: E402,F401
-                                   load_sst, load_subj, load_tfds_text, seeded_split,
-                                   shared_data_dir)
+import importlib
+
+_PUBLIC = {
+    "glomo_tf.data.planted": (
+        "PlantedCorpus", "PlantedVocabulary", "builtin_corpus", "chance_level", "edge_recovery",
+        "generate_planted_corpus", "positional_baseline", "same_type_chance"),
+    "glomo_tf.data.corpus": (
+        "check_vocabulary_matches", "count_undecodable", "pretraining_datasets", "text_lines",
+        "tfds_lines", "windows"),
+    "glomo_tf.data.vocabulary": ("Tokenizer", "Vocabulary"),
+    "glomo_tf.data.labeled": (
+        "kfold_splits", "load_labeled_text", "load_mr", "load_sst", "load_subj", "load_tfds_text",
+        "seeded_split", "shared_data_dir"),
+    "glomo_tf.data.batching": (
+        "bucketed_training_batches", "encode", "length_sorted_batches", "sequence_lengths"),
+}
+_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name):
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(_MODULE_OF[name]), name)
+    raise AttributeError(f"module 'glomo_tf.data' has no attribute {name!r}")
