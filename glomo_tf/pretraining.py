@@ -31,7 +31,8 @@ _MODEL = hparams.PRETRAIN_COMMAND
 # GlomoPretrainer.from_sizes' arguments among the settings (initial_threshold keeps its default).
 MODEL_ARGS = tuple(k for k in _MODEL if k != "initial_threshold")
 # Settings that may change between a run and its resumption (everything else must match).
-RESUMABLE = ("epochs", "checkpoint_every", "early_stopping", "probe", "verbose", "strategy", "tpu")
+RESUMABLE = ("epochs", "checkpoint_every", "early_stopping", "probe", "verbose", "strategy", "tpu",
+             "max_undecodable")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("plateau", "constant", "cosine")
 SPLITTERS = ("whitespace", "unicode_script")
@@ -62,6 +63,7 @@ class PretrainingConfig:
     subword: bool = False
     window: int = 200
     shift: int = 100
+    max_undecodable: float = 0.01
     # model (GlomoPretrainer.from_sizes)
     hidden_dim: int = _MODEL["hidden_dim"]
     num_layers: int = _MODEL["num_layers"]
@@ -150,6 +152,8 @@ def _check_ranges(c):
         value = getattr(c, name)
         if value is not None and value < least:
             raise ValueError(f"--{name.replace('_', '-')} must be at least {least}, got {value}.")
+    if not 0.0 <= c.max_undecodable <= 1.0:
+        raise ValueError(f"--max-undecodable must be in [0, 1], got {c.max_undecodable}.")
     for name in ("validation_fraction", "dropout"):
         value = getattr(c, name)
         if not 0.0 <= value < 1.0:
@@ -183,13 +187,36 @@ def make_optimizer(s):
 
 # ---------------------------------------------------------------------- data
 def load_corpus(s):
+    """The lines of the run's corpus (``train`` files or ``tfds``); files whose share of lines
+    with invalid UTF-8 exceeds ``max_undecodable`` are refused (see :func:`check_decodable`)."""
     from glomo_tf.data import corpus
     try:
         if s.tfds:
             return corpus.tfds_lines(s.tfds, s.tfds_split, text_key=s.tfds_text_key)
-        return corpus.text_lines(s.train)
+        lines = corpus.text_lines(s.train)
+        check_decodable(s.train, s.max_undecodable)
+        return lines
     except (ValueError, FileNotFoundError, ImportError, TypeError) as error:
         raise ValueError(str(error)) from None
+
+
+def check_decodable(patterns, max_share):
+    """Counts the lines of ``patterns`` that are not valid UTF-8: says how many when some are
+    (they are read with U+FFFD in place of the bad bytes) and raises ``ValueError`` when their
+    share exceeds ``max_share`` (binary files, another encoding)."""
+    from glomo_tf.data import corpus
+
+    found = corpus.count_undecodable(patterns)
+    if not found.lines_with_errors:
+        return found
+    share = found.lines_with_errors / max(found.lines, 1)
+    summary = (f"{found.lines_with_errors} of {found.lines} lines ({100 * share:.1f}%) hold bytes "
+               f"that are not UTF-8 ({found.replaced_characters} replaced by U+FFFD)")
+    if share > max_share:
+        raise ValueError(f"{summary}: is the corpus text in UTF-8? Convert it (e.g. iconv -t "
+                         f"UTF-8), or pass --max-undecodable {share:.2f} to train on it anyway.")
+    print(f"Note: {summary}.", flush=True)
+    return found
 
 
 def load_or_build_tokenizer(s, lines, run_dir):

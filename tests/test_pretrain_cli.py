@@ -145,6 +145,22 @@ def test_out_of_range_flags_are_refused_before_the_corpus_is_read(tmp_path, caps
     assert not (tmp_path / "r" / "tokenizer").exists()
 
 
+def test_a_corpus_of_random_bytes_is_refused_with_the_share_undecodable(tmp_path, capsys):
+    """Bytes that are not UTF-8 become U+FFFD; a corpus mostly made of them is refused with the
+    count, unless --max-undecodable says to go on."""
+    rng = np.random.default_rng(0)
+    noise = tmp_path / "noise.txt"
+    noise.write_bytes(b"\n".join(rng.integers(128, 256, size=40, dtype=np.uint8).tobytes()
+                                 for _ in range(50)))
+    line = expect_usage_error(capsys, ["--train", str(noise), "--output-dir", str(tmp_path / "r")],
+                              "of 50 lines", "not UTF-8", "--max-undecodable")
+    assert "(100.0%)" in line
+    # Allowed: the run says how much was replaced and trains.
+    assert glomo_pretrain("--train", str(noise), "--max-undecodable", "1", *TINY, "--epochs", "1",
+                          "--steps-per-epoch", "1", "--output-dir", str(tmp_path / "r2")) == 0
+    assert "Note: 50 of 50 lines (100.0%) hold bytes that are not UTF-8" in capsys.readouterr().out
+
+
 def test_a_run_that_never_trained_leaves_nothing_to_resume(tmp_path, capsys):
     """Its settings and tokenizer do not bind the next attempt in the same directory."""
     run = str(tmp_path / "run")

@@ -37,6 +37,8 @@ def register(subparsers):
     data.add_argument("--subword", action="store_true", help="WordPiece units instead of words")
     data.add_argument("--window", type=int, default=D.window, help="units per training window T")
     data.add_argument("--shift", type=int, default=D.shift, help="units between window starts")
+    data.add_argument("--max-undecodable", type=float, default=D.max_undecodable, metavar="SHARE",
+                      help="refuse files whose share of lines with invalid UTF-8 is larger")
 
     model = p.add_argument_group("model")
     model.add_argument("--hidden-dim", type=int, default=D.hidden_dim)
