@@ -8,9 +8,15 @@
 * :func:`format_edges`, :func:`format_statistics`, :func:`graphs_figure`: text and pictures.
 """
 
+import os
+
 import numpy as np
 
 from glomo_tf.hparams import DIRECTIONS
+
+# Float32 arrays the size of one batch's graphs that the predictor's call holds at once (an
+# estimate: the scores, the graphs and the normalisation's temporaries).
+GRAPH_ARRAYS_ALIVE = 4
 
 
 def extract(predictor, tokenizer, sentences, max_length=128, batch_size=128, statistics=None,
@@ -161,3 +167,27 @@ def graphs_figure(items, sentences=1):
     layers = items[0]["graphs"].shape[1]
     return viz.panels_figure(panels, columns=2 * layers if layers < 3 else layers,
                              panel_size=5.0, suptitle="G[t, s]: row t receives from column s")
+
+
+def unit_counts(tokenizer, sentences, batch_size=1024):
+    """Units of each sentence as the tokenizer splits it, before any truncation (int array)."""
+    counts = [tokenizer.encode_ragged(sentences[i:i + batch_size]).row_lengths().numpy()
+              for i in range(0, len(sentences), batch_size)]
+    return np.concatenate(counts) if counts else np.zeros([0], np.int64)
+
+
+def graph_memory_bytes(predictor, batch_size, length):
+    """About how many bytes the predictor's call needs for ``batch_size`` sentences of
+    ``length`` units: ``2 x L x K x T^2`` float32 graphs per sentence, several arrays of that
+    size alive at once (:data:`GRAPH_ARRAYS_ALIVE`)."""
+    per_sentence = 2 * predictor.num_layers * predictor.num_heads * length ** 2 * 4
+    return GRAPH_ARRAYS_ALIVE * batch_size * per_sentence
+
+
+def physical_memory_bytes():
+    """This machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+

@@ -82,6 +82,24 @@ def test_no_sentences_and_a_foreign_vocabulary_are_refused(run_dir, tmp_path, ca
     assert "Vocabulary mismatch" in capsys.readouterr().err
 
 
+def test_a_length_whose_graphs_do_not_fit_is_refused_and_a_cut_is_reported(run_dir, capsys):
+    """--max-length 50000 on a 50,000-word text: refused with the memory it would take (no
+    predictor call); the default --max-length cuts the text and says so."""
+    directory = run_dir[0]
+    text = " ".join(["the cat sat on the mat"] * 8334)  # 50,004 words
+    assert cli.main(["extract", "--run", str(directory), "--text", text, "--max-length",
+                     "50000", "--top-k", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "GiB" in err and "--max-length" in err, err
+    assert "50000 units" in err
+    assert cli.main(["extract", "--run", str(directory), "--text", text, "--top-k", "0",
+                     "--stats"]) == 0
+    out = capsys.readouterr().out
+    assert "Note: 1 sentence(s) are longer than --max-length 128 units (the longest has 50004)" \
+        in out
+    assert "Graph statistics over 128 units" in out
+
+
 def test_graph_statistics_on_hand_made_graphs():
     """Two sentences, 1 layer, 2 heads, values worked out by hand."""
     from glomo_tf.analysis import GraphStatistics

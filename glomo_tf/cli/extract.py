@@ -30,7 +30,8 @@ import os
 import numpy as np
 
 from glomo_tf.analysis import (GraphStatistics, extract, format_edges, format_statistics,
-                               graphs_figure)
+                               graph_memory_bytes, graphs_figure, physical_memory_bytes,
+                               unit_counts)
 from glomo_tf.cli.common import UsageError, add_pretrained_arguments, pretrained_paths
 
 
@@ -96,6 +97,7 @@ def run(args):
 
     tokenizer = Tokenizer.load(tokenizer_path)
     predictor = load_graph_predictor(model_path)
+    _check_lengths(args, predictor, unit_counts(tokenizer, sentences))
     statistics = GraphStatistics() if args.stats else None
     uniform = GraphStatistics() if args.stats else None
     items = extract(predictor, tokenizer, sentences, args.max_length, args.batch_size,
@@ -124,3 +126,24 @@ def run(args):
                        "uniform": uniform.result()}, handle, indent=1)
         print(f"Wrote {args.stats_json}")
     return 0
+
+
+def _check_lengths(args, predictor, counts):
+    """Refuses a call whose graphs would not fit in memory; says when sentences are cut."""
+    length = int(min(args.max_length, max(int(counts.max()), 1)))
+    batch = min(args.batch_size, len(counts))
+    needed = graph_memory_bytes(predictor, batch, length)
+    available = physical_memory_bytes()
+    if available and needed > available / 2:
+        raise UsageError(
+            f"the graphs of {batch} sentence(s) of {length} units need about "
+            f"{needed / 2 ** 30:.1f} GiB (2 directions x {predictor.num_layers} layers x "
+            f"{predictor.num_heads} heads x {length}^2 weights each), more than half of this "
+            f"machine's {available / 2 ** 30:.1f} GiB: pass a smaller --max-length, or "
+            "--batch-size 1.")
+    cut = int((counts > args.max_length).sum())
+    if cut:
+        print(f"Note: {cut} sentence(s) are longer than --max-length {args.max_length} units "
+              f"(the longest has {int(counts.max())}); their graphs cover the first "
+              f"{args.max_length} units. Raise --max-length to see more.", flush=True)
+
