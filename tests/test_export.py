@@ -291,11 +291,23 @@ def test_id_signatures_match_text_signatures(word):
     assert short["token_ids"].tolist() == [[3, 4]] and short["graphs"].shape[-1] == 2
 
 
-@pytest.mark.parametrize("bad_id, message", [(10_000, "vocabulary_size"), (-3, ">= 0")])
+@pytest.mark.parametrize("bad_id, message", [
+    (10_000, "token id 10000 is out of range: token_ids must be < vocabulary_size="),
+    (-3, "token id -3 is negative: token_ids must be >= 0")])
 def test_id_signature_rejects_ids_outside_the_vocabulary(word, bad_id, message):
-    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+    """The error names the id, and the vocabulary's size; the server passes the assertion's own
+    words to the client (glomo_tf.serving.models.client_message)."""
+    from glomo_tf.serving.models import client_message
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
         word["loaded"].signatures["graphs_from_ids"](token_ids=tf.constant([[2, bad_id]],
                                                                            tf.int32))
+    text = client_message(raised.value.message)
+    assert text.startswith(message), text
+    if bad_id > 0:
+        size = word["tokenizer"].vocabulary_size
+        assert f"vocabulary_size={size} (ids 0 to {size - 1})" in text
+    assert "Graph execution" not in text and "node" not in text
 
 
 # ---------------------------------------------------------------------------------- stock loaders

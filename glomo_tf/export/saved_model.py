@@ -361,12 +361,16 @@ class GlomoServingModule(tf.Module):
 
     def prepare_ids(self, token_ids):
         """Checks ids, truncates to ``max_length`` and drops trailing all-padding columns."""
-        check_low = tf.debugging.assert_non_negative(
-            token_ids, message="token_ids must be >= 0 (0 is padding).")
-        check_high = tf.debugging.assert_less(
-            token_ids, tf.constant(self._vocabulary_size, tf.int32),
-            message=f"token_ids must be < vocabulary_size={self._vocabulary_size}: encode text "
-                    "with this export's vocabulary (assets/vocab.txt), or use the text signatures.")
+        size = self._vocabulary_size
+        smallest = tf.reduce_min(tf.concat([tf.reshape(token_ids, [-1]), [0]], axis=0))
+        largest = tf.reduce_max(tf.concat([tf.reshape(token_ids, [-1]), [0]], axis=0))
+        # The failing id in the message: a client learns which id and the vocabulary size.
+        check_low = tf.debugging.Assert(smallest >= 0, [
+            "token id", smallest, "is negative: token_ids must be >= 0 (0 is padding)."])
+        check_high = tf.debugging.Assert(largest < size, [
+            "token id", largest, f"is out of range: token_ids must be < vocabulary_size={size} "
+            f"(ids 0 to {size - 1}); encode text with this export's vocabulary "
+            "(assets/vocab.txt), or use the text signatures."])
         with tf.control_dependencies([check_low, check_high]):
             token_ids = tf.identity(token_ids)
         real = tf.not_equal(token_ids, vocab_lib.PAD_ID)

@@ -17,6 +17,7 @@ load is retried on later polls, up to ``max_num_load_retries`` times, or again o
 import dataclasses
 import logging
 import os
+import re
 import threading
 
 import numpy as np
@@ -189,10 +190,22 @@ class Signature:
             results = self.function(**tensors)
         except tf.errors.OpError as error:
             raise ServingError(CODE_NAMES.get(error.error_code, "UNKNOWN"),
-                               error.message) from None
+                               client_message(error.message)) from None
         except (TypeError, ValueError) as error:
             raise invalid(f"signature {self.name!r} rejected the inputs: {error}") from None
         return {alias: np.asarray(value.numpy()) for alias, value in results.items()}
+
+
+
+def client_message(message):
+    """A model's run-time error as a client should read it: an assertion's own text (``assertion
+    failed: [token id] [57] [is out of range...]`` -> ``token id 57 is out of range...``) without
+    TensorFlow's "Graph execution error" preamble and node names; other errors unchanged."""
+    found = re.search(r"assertion failed: (.*)", message)
+    if not found:
+        return message
+    parts = re.findall(r"\[([^\[\]]*)\]", found.group(1))
+    return " ".join(part.strip() for part in parts if part.strip()) or message
 
 
 _SERVING_OPS = {"loaded": False}
