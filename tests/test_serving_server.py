@@ -836,6 +836,23 @@ def test_cli_usage_errors(tmp_path, argv, words):
     assert words in str(raised.value)
 
 
+def test_a_port_in_use_is_named_before_any_model_loads(tmp_path):
+    """Another process holds the REST port: `glomo serve` says which port, without loading the
+    model (the model directory here holds no model at all, so loading would fail differently)."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        from glomo_tf.cli.serve import check_ports_free
+        with pytest.raises(UsageError, match=rf"--rest_api_port {port} on 127.0.0.1: .*in use"):
+            check_ports_free("127.0.0.1", [("--port", 0), ("--rest_api_port", port)])
+        args = parse(["serve", f"--model_base_path={tmp_path}", f"--port={port}"])
+        with pytest.raises(UsageError, match=rf"--port {port} on 127.0.0.1: .*another --port"):
+            args.func(args)
+
+
 def test_batching_parameters_file_format():
     assert parse_batching_parameters(
         "max_batch_size { value: 128 }\nbatch_timeout_micros { value: 0 }\n"

@@ -124,10 +124,29 @@ def server_from_args(args):
         raise UsageError(str(error)) from None
 
 
+def check_ports_free(host, ports):
+    """Raises :class:`UsageError` naming the first ``(flag, port)`` that cannot be bound on
+    ``host`` (checked before any model loads; 0 and None are skipped)."""
+    import socket
+
+    for flag, port in ports:
+        if not port:
+            continue
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as error:
+                raise UsageError(f"{flag} {port} on {host}: {error.strerror or error}; stop what "
+                                 f"holds it or pass another {flag}.") from None
+
+
 def run(args):
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
-    server = server_from_args(args)
+    server = server_from_args(args)  # checks the flags; loads nothing yet
+    check_ports_free(args.host, [("--port", args.port), ("--rest_api_port", args.rest_api_port)])
     try:
         server.start()
     except OSError as error:
