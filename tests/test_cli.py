@@ -96,3 +96,26 @@ def test_a_command_prints_no_tensorflow_log_and_no_python_warning(tmp_path):
     assert "\r" not in proc.stdout and "\x1b[" not in proc.stdout
     assert "recovery: forward" in proc.stdout
     assert any(line.startswith("3/3 - ") for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_every_option_has_help_and_shows_its_default_once():
+    """`glomo CMD --help`: each option explains itself; a default appears once (appended by the
+    formatter unless the help already says it), never as "(default: None)"."""
+    import argparse
+
+    from glomo_tf.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        formatter = command._get_formatter()
+        for action in command._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, f"glomo {name} {action.option_strings[0]} has no help"
+            shown = formatter._expand_help(action)
+            assert shown.lower().count("(default") <= 1, (name, shown)
+            assert "(default: None)" not in shown and "(default: False)" not in shown
+            if action.default not in (None, False) and action.dest != "help":
+                assert "default" in shown.lower(), (name, action.option_strings[0], shown)
+        command.format_help()  # every help string formats (no stray %)

@@ -1,7 +1,20 @@
 """What the ``glomo`` commands share: :class:`UsageError` and the pretrained-predictor flags."""
 
+import argparse
 import os
 import sys
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default shown once: appended as ``(default: X)`` unless its help already
+    says what the default is or it has none (None, False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (not action.option_strings or "default" in text.lower()
+                or action.default in (None, False, argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 class UsageError(Exception):

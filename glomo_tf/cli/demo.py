@@ -2,7 +2,8 @@
 
 import os
 
-from glomo_tf.cli.common import UsageError, add_verbose_argument, resolve_verbose
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_verbose_argument,
+                                 resolve_verbose)
 from glomo_tf.demo import DEFAULTS, QUICK, format_report, run_demo
 
 DESCRIPTION = ("Pretrain on the built-in planted corpus and check that the graphs find the plants. "
@@ -12,7 +13,8 @@ DESCRIPTION = ("Pretrain on the built-in planted corpus and check that the graph
 def register(subparsers):
     parser = subparsers.add_parser(
         "demo", help="pretrain on a built-in planted corpus and report graph recovery",
-        description=DESCRIPTION)
+        description=DESCRIPTION,
+        formatter_class=HelpFormatter)
     parser.add_argument("--output-dir", default="glomo-demo",
                         help="folder for metrics.json and graphs.png (default: ./glomo-demo)")
     parser.add_argument("--epochs", type=int, default=None,

@@ -9,10 +9,9 @@ integer, one more than the newest already there unless ``--version`` is given. E
 The command parses the flags, then calls :func:`glomo_tf.export.saved_model.export_saved_model`.
 """
 
-import argparse
 import os
 
-from glomo_tf.cli.common import UsageError
+from glomo_tf.cli.common import HelpFormatter, UsageError
 
 DEFAULT_MAX_LENGTH = 256  # glomo_tf.export.DEFAULT_MAX_LENGTH (not imported: --help stays fast)
 DEFAULT_TOP_K = 8
@@ -22,7 +21,7 @@ def register(subparsers):
     p = subparsers.add_parser(
         "export", help="export a SavedModel for TensorFlow Serving",
         description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].split(" Example")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, metavar="PATH",
                    help="the .keras file of a pretrainer or graph predictor (RUN/pretrainer.keras "
                         "or RUN/graph_predictor.keras from glomo pretrain)")

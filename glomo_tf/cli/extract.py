@@ -32,13 +32,15 @@ import numpy as np
 from glomo_tf.analysis import (GraphStatistics, extract, format_edges, format_statistics,
                                graph_memory_bytes, graphs_figure, physical_memory_bytes,
                                unit_counts)
-from glomo_tf.cli.common import UsageError, add_pretrained_arguments, pretrained_paths
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_pretrained_arguments,
+                                 pretrained_paths)
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "extract", help="graphs of a pretrained predictor over sentences (table, PNG, JSON)",
-        description=__doc__.split("\n\n")[0])
+        description=__doc__.split("\n\n")[0],
+        formatter_class=HelpFormatter)
     add_pretrained_arguments(parser)
     text = parser.add_argument_group("sentences")
     text.add_argument("--text", action="append", default=[], help="a sentence (repeatable)")

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from glomo_tf.cli.common import UsageError
+from glomo_tf.cli.common import HelpFormatter, UsageError
 from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, ModelServer,
                                      parse_batching_parameters)
 
@@ -31,7 +31,7 @@ def register(subparsers):
         "serve", help="serve SavedModels over TF Serving's REST and gRPC APIs",
         description=DESCRIPTION + " Flags follow tensorflow_model_server's; "
         "both --flag=value and --flag value work.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--port", type=int, default=8500, help="gRPC port")
     p.add_argument("--rest_api_port", type=int, default=8501,
                    help="REST port (0 turns the REST API off)")
@@ -68,7 +68,8 @@ def register(subparsers):
     ignored = p.add_argument_group("accepted for tensorflow_model_server compatibility, ignored")
     for flag in IGNORED_FLAGS:
         ignored.add_argument(f"--{flag}", dest=f"ignored_{flag}", metavar="VALUE", nargs="?",
-                             const="true", default=None)
+                             const="true", default=None,
+                             help="tensorflow_model_server's flag: accepted, has no effect here")
     p.set_defaults(func=run)
 
 

@@ -2,10 +2,11 @@
 
 The flags of :class:`glomo_tf.experiments.TransferConfig`, then
 :func:`glomo_tf.experiments.run_transfer`. It trains the classifier variants of
-:mod:`glomo_tf.models.classifier` (``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, and the related models ``cn3`` and
-``shared_private``) on a labelled dataset for several seeds, with ``model.fit`` (early stopping on
-validation accuracy, best weights restored), and reports test accuracy per variant and a paired
-comparison of each other variant with the baseline on the same seeds and splits.
+:mod:`glomo_tf.models.classifier` (``baseline``, ``glomo_embeddings``, ``glomo_rnn``,
+``uniform``, and the related models ``cn3`` and ``shared_private``) on a labelled dataset for
+several seeds, with ``model.fit`` (early stopping on validation accuracy, best weights restored),
+and reports test accuracy per variant and a paired comparison of each other variant with the
+baseline on the same seeds and splits.
 
 The pretrained graph predictor and its tokenizer come from a ``glomo pretrain`` run
 (``--run RUN_DIR``: ``RUN/graph_predictor.keras`` and ``RUN/tokenizer/``) or are given separately
@@ -37,7 +38,7 @@ import dataclasses
 import os
 
 from glomo_tf import hparams
-from glomo_tf.cli.common import (add_pretrained_arguments, add_verbose_argument,
+from glomo_tf.cli.common import (HelpFormatter, add_pretrained_arguments, add_verbose_argument,
                                  pretrained_paths, resolve_verbose)
 from glomo_tf.experiments import DATASETS, SPLITS, TransferConfig, run_transfer
 
@@ -47,7 +48,8 @@ D = TransferConfig(dataset="", output_dir="")  # the defaults
 def register(subparsers):
     parser = subparsers.add_parser(
         "transfer", help="text classification with and without transferred graphs (results table)",
-        description=__doc__.split("\n\n")[0])
+        description=__doc__.split("\n\n")[0],
+        formatter_class=HelpFormatter)
     add_pretrained_arguments(parser)
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", required=True, metavar="|".join(DATASETS),
@@ -69,24 +71,33 @@ def register(subparsers):
                      help=f"any of {' '.join(hparams.VARIANTS)} (default {' '.join(D.variants)}); "
                           f"{' and '.join(hparams.PREDICTOR_VARIANTS)} need a pretrained predictor "
                           "(--run, or --model and --tokenizer)")
-    exp.add_argument("--seeds", nargs="+", type=int, default=D.seeds)
+    exp.add_argument("--seeds", nargs="+", type=int, default=D.seeds,
+                     help="seeds to run (each: initial weights, shuffles, and for --split "
+                          "seeded the split)")
     exp.add_argument("--split", choices=SPLITS, default=D.split,
                      help="seeded 90/10 test split (default) or k-fold cross-validation")
     exp.add_argument("--folds", type=int, default=D.folds,
                      help="folds of --split kfold (default 10)")
     model = parser.add_argument_group("model and training")
-    model.add_argument("--embedding-dim", type=int, default=D.embedding_dim)
-    model.add_argument("--rnn-units", type=int, default=D.rnn_units)
-    model.add_argument("--attention-heads", type=int, default=D.attention_heads)
-    model.add_argument("--dropout", type=float, default=D.dropout)
-    model.add_argument("--num-mixtures", type=int, default=D.num_mixtures)
+    model.add_argument("--embedding-dim", type=int, default=D.embedding_dim,
+                       help="width of the classifier's word embeddings")
+    model.add_argument("--rnn-units", type=int, default=D.rnn_units,
+                       help="units of each direction of the classifier's GRU")
+    model.add_argument("--attention-heads", type=int, default=D.attention_heads,
+                       help="heads of the classifier's self-attention")
+    model.add_argument("--dropout", type=float, default=D.dropout,
+                       help="dropout of the classifier")
+    model.add_argument("--num-mixtures", type=int, default=D.num_mixtures,
+                       help="graph mixtures of each GlomoTransfer layer")
     model.add_argument("--transfer-dropout", type=float, default=D.transfer_dropout,
                        help="dropout on GlomoTransfer's fused input [H ; M H ...] (GLoMo and "
                             "uniform variants; default 0.0)")
-    model.add_argument("--epochs", type=int, default=D.epochs)
+    model.add_argument("--epochs", type=int, default=D.epochs,
+                       help="most training epochs per run")
     model.add_argument("--patience", type=int, default=D.patience,
                        help="epochs without a better validation accuracy before stopping")
-    model.add_argument("--batch-size", type=int, default=D.batch_size)
+    model.add_argument("--batch-size", type=int, default=D.batch_size,
+                       help="examples per training step")
     model.add_argument("--learning-rate", type=float, default=D.learning_rate,
                        help="Adam learning rate")
     parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")

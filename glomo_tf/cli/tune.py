@@ -27,9 +27,8 @@ Examples::
         --hidden-dim 256 --directory tuning --project wiki
 """
 
-import argparse
 
-from glomo_tf.cli.common import UsageError
+from glomo_tf.cli.common import HelpFormatter, UsageError
 from glomo_tf.tuning.search import PLANTED_WINDOW, TEXT_WINDOW, SearchConfig, run_search
 
 D = SearchConfig()  # the defaults
@@ -40,7 +39,7 @@ def register(subparsers):
         "tune", help="search GLoMo pretraining settings (D, heads, layers, ...) with KerasTuner",
         description=__doc__.split("\n\n")[0] + " Run it again with the same --directory and "
                                                "--project to resume.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     data = p.add_argument_group("data (one of --train, --planted)")
     data.add_argument("--train", nargs="+", metavar="FILE",
                       help="training text files or globs (plain or .gz), one paragraph per line")
