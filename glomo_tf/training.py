@@ -238,30 +238,39 @@ class CrashSafeCheckpoint(keras.callbacks.Callback):
 class ThroughputLogger(keras.callbacks.Callback):
     """Adds ``tokens_per_s`` (and ``learning_rate``) to the logs, so the progress bar shows them.
 
-    Must be placed before the progress bar and TensorBoard callbacks (``model.fit`` appends its
-    progress bar after the user's callbacks).
+    The rate is the steady one: measured from the end of each epoch's first batch (the first
+    batch of a run also traces and compiles the step, seconds that would weigh on the rate for
+    the whole epoch); an epoch of one batch reports that batch's rate. Must be placed before the
+    progress bar and TensorBoard callbacks (``model.fit`` appends its progress bar after the
+    user's callbacks).
     """
 
     def __init__(self, tokens_per_batch):
         super().__init__()
         self.tokens_per_batch = int(tokens_per_batch)
-        self._start = None
+        self._start = self._first_end = None
         self._batches = 0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start, self._batches = time.perf_counter(), 0
+        self._start, self._first_end, self._batches = time.perf_counter(), None, 0
+
+    def _rate(self):
+        now = time.perf_counter()
+        if self._batches > 1:
+            return (self._batches - 1) * self.tokens_per_batch / max(now - self._first_end, 1e-9)
+        return self._batches * self.tokens_per_batch / max(now - self._start, 1e-9)
 
     def on_train_batch_end(self, batch, logs=None):
         self._batches += 1
-        elapsed = max(time.perf_counter() - self._start, 1e-9)
-        if logs is not None:
-            logs["tokens_per_s"] = self._batches * self.tokens_per_batch / elapsed
+        if self._batches == 1:
+            self._first_end = time.perf_counter()
+        elif logs is not None:  # from the second batch on: the steady rate
+            logs["tokens_per_s"] = self._rate()
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None or self._start is None:
             return
-        elapsed = max(time.perf_counter() - self._start, 1e-9)
-        logs["tokens_per_s"] = self._batches * self.tokens_per_batch / elapsed
+        logs["tokens_per_s"] = self._rate()
         logs["learning_rate"] = float(keras.ops.convert_to_numpy(
             self.model.optimizer.learning_rate))
 
