@@ -119,3 +119,20 @@ def test_every_option_has_help_and_shows_its_default_once():
             if action.default not in (None, False) and action.dest != "help":
                 assert "default" in shown.lower(), (name, action.option_strings[0], shown)
         command.format_help()  # every help string formats (no stray %)
+
+
+def test_expected_retracing_warnings_are_dropped_and_other_warnings_kept(caplog):
+    """`glomo transfer` and `glomo tune` build a new model per seed, variant or trial: TensorFlow's
+    "triggered tf.function retracing" warning is expected there and kept out of the output."""
+    import logging
+
+    from glomo_tf.cli import quiet_tensorflow
+
+    quiet_tensorflow()
+    logger = logging.getLogger("tensorflow")
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        logger.warning("5 out of the last 5 calls to <function f> triggered tf.function "
+                       "retracing. Tracing is expensive ...")
+        logger.warning("something else went wrong")
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == ["something else went wrong"]
