@@ -45,6 +45,10 @@ CLIP_NORM = 1.0
 # with an oracle graph in a single head, the planted values are learned in 1,600 steps at +-0.1
 # and in 500 at +-0.5).
 EMBEDDING_SCALE = 0.5
+# The token names of the pictures (glomo_tf.data.planted).
+LEGEND = ("Units: B<j> marker of slot j; K<j>.<i> key of slot j naming value i; v<i> value i; "
+          "w<i> filler.\nForward span K<j>.<i> ... B<j> v<i>: the marker's row should point at the "
+          "key (backward: v<i> B<j> ... K<j>.<i>).")
 DEFAULTS = dict(epochs=30, steps_per_epoch=100, batch_size=32, train_windows=2048, test_windows=256,
                 examples=3)
 QUICK = dict(epochs=1, steps_per_epoch=3, batch_size=16, train_windows=64, test_windows=16,
@@ -174,11 +178,12 @@ def examples_figure(graphs, corpus, report, examples):
             graph = graphs[n, z, best["layer"] - 1, best["head"] - 1]
             marks = [tuple(edge) for edge in corpus.edges_of(n, z)]
             panels.append(dict(
-                graph=graph, tokens=tokens, marks=marks,
+                graph=graph, tokens=tokens, marks=marks, colorbar=True,
                 title=f"window {n + 1}, {name} graph, layer {best['layer']} head {best['head']}"))
     return viz.panels_figure(
         panels, columns=2, panel_size=6.0,
-        suptitle="Learned graphs G[t, s] (row t receives from column s); red boxes: planted edges")
+        suptitle="Learned graphs G[t, s] (row t receives from column s); red boxes: planted edges",
+        footnote=LEGEND)
 
 
 def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, test_windows,

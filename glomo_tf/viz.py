@@ -76,15 +76,16 @@ def plot_graph(ax, graph, tokens=None, title=None, marks=None, vmax=None, cmap="
     return image
 
 
-def panels_figure(panels, columns=2, panel_size=5.0, suptitle=None):
+def panels_figure(panels, columns=2, panel_size=5.0, suptitle=None, footnote=None):
     """A figure with one heatmap per panel.
 
     Args:
         panels: list of dicts with the keyword arguments of :func:`plot_graph` (``graph`` required;
-            ``tokens``, ``title``, ``marks``, ``vmax``, ... optional).
+            ``tokens``, ``title``, ``marks``, ``vmax``, ``colorbar``, ... optional).
         columns: int, panels per row.
         panel_size: float, inches per panel side.
         suptitle: optional figure title.
+        footnote: optional text under the panels (a legend of the token names, say).
 
     Returns:
         A ``matplotlib.figure.Figure``.
@@ -93,8 +94,8 @@ def panels_figure(panels, columns=2, panel_size=5.0, suptitle=None):
         raise ValueError("panels_figure needs at least one panel.")
     columns = max(1, min(int(columns), len(panels)))
     rows = -(-len(panels) // columns)
-    fig = Figure(figsize=(panel_size * columns, panel_size * rows + (0.4 if suptitle else 0.0)),
-                 layout="constrained")
+    extra = (0.4 if suptitle else 0.0) + (0.3 * (footnote.count("\n") + 1) if footnote else 0.0)
+    fig = Figure(figsize=(panel_size * columns, panel_size * rows + extra), layout="constrained")
     axes = np.asarray(fig.subplots(rows, columns, squeeze=False)).ravel()
     for ax, panel in zip(axes, panels):
         plot_graph(ax, **panel)
@@ -102,6 +103,8 @@ def panels_figure(panels, columns=2, panel_size=5.0, suptitle=None):
         ax.set_axis_off()
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
+    if footnote:
+        fig.supxlabel(footnote, fontsize=10)
     return fig
 
 

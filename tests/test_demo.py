@@ -87,6 +87,16 @@ def test_recovery_report_of_the_planted_graph_and_of_a_positional_graph():
     assert report["forward"]["share_per_layer_head"][0][0] == pytest.approx(
         report["forward"]["positional_baseline"]["share"], abs=1e-4)  # table rounded to 4 places
 
+    # The picture: the best head per direction and window, each with its colour bar, the planted
+    # edges outlined, and a legend of the token names under the panels.
+    figure = demo.examples_figure(graphs, corpus, report, examples=2)
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == [
+        f"window {n}, {name} graph, layer 2 head 3" for n in (1, 2) for name in planted.DIRECTIONS]
+    assert len(figure.axes) == 2 * len(panels)  # one colour bar per panel
+    assert all(ax.patches for ax in panels)  # planted edges outlined
+    assert "B<j> marker of slot j" in figure.get_supxlabel()
+
 
 @pytest.mark.slow
 def test_default_demo_recovers_the_planted_edges(tmp_path):
