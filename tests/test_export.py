@@ -504,7 +504,7 @@ def _export_only_cli(monkeypatch):
 
     build_parser = cli.build_parser
     monkeypatch.setattr(cli, "build_parser",
-                        lambda: build_parser([("export", "glomo_tf.export.cli")]))
+                        lambda: build_parser([("export", "glomo_tf.cli.export")]))
 
 
 def _fake_prediction_service(loaded, model_name):
