@@ -72,3 +72,25 @@ def omit_retracing_warning(function):
     """
     function._omit_frequent_tracing_warning = True
     return function
+
+
+def keras_tuner_outside_notebooks():
+    """Makes KerasTuner print plain lines when no IPython kernel runs this process.
+
+    Why: KerasTuner 1.4.8 takes any process where IPython is importable for a notebook
+    (``get_ipython()`` is None outside IPython, and its class name lacks "Terminal"), so after
+    each trial it "clears the output" with terminal escape codes (``ESC[2K``) that end up in logs
+    and pipes.
+
+    Private: the module attribute ``keras_tuner.src.utils.IS_NOTEBOOK``, which KerasTuner reads
+    at every trial. Public replacement: none; a KerasTuner release that checks for a running
+    kernel would make this a no-op.
+    """
+    from keras_tuner.src import utils
+
+    try:
+        import IPython
+    except ImportError:
+        return
+    if IPython.get_ipython() is None:
+        utils.IS_NOTEBOOK = False

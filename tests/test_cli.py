@@ -136,3 +136,41 @@ def test_expected_retracing_warnings_are_dropped_and_other_warnings_kept(caplog)
         logger.warning("something else went wrong")
     messages = [record.getMessage() for record in caplog.records]
     assert messages == ["something else went wrong"]
+
+
+def test_each_command_prints_nothing_on_stderr_on_a_small_real_run(tmp_path):
+    """pretrain -> extract -> export -> transfer -> tune, each as the console script runs it on a
+    tiny setting, output in a pipe: stderr stays empty (no TensorFlow/CUDA start-up lines, no
+    Keras or Python warnings), stdout has no carriage-return progress bars."""
+    import random
+
+    rng = random.Random(0)
+    nouns = ["cat", "dog", "bird", "tree", "house", "car", "river", "road"]
+    lines = [" ".join(["the", rng.choice(nouns), "sees", "the", rng.choice(nouns), "."] * 2)
+             for _ in range(80)]
+    (tmp_path / "corpus.txt").write_text("\n".join(lines) + "\n")
+    labelled = ["text\tlabel"] + [f"{line}\t{'pos' if 'cat' in line else 'neg'}"
+                                  for line in lines]
+    (tmp_path / "labelled.tsv").write_text("\n".join(labelled) + "\n")
+    run = str(tmp_path / "run")
+    commands = [
+        ["pretrain", "--train", str(tmp_path / "corpus.txt"), "--output-dir", run, "--window",
+         "12", "--shift", "6", "--hidden-dim", "8", "--layers", "1", "--heads", "2",
+         "--conv-layers", "1", "--decoder-layers", "1", "--positions", "all", "--epochs", "1",
+         "--steps-per-epoch", "2", "--batch-size", "4"],
+        ["extract", "--run", run, "--text", "the cat sees the dog", "--stats"],
+        ["export", "--model", f"{run}/graph_predictor.keras", "--export-dir",
+         str(tmp_path / "models"), "--model-name", "glomo"],
+        ["transfer", "--run", run, "--dataset", "file", "--file", str(tmp_path / "labelled.tsv"),
+         "--variants", "baseline", "glomo_embeddings", "--seeds", "0", "--epochs", "1",
+         "--embedding-dim", "8", "--rnn-units", "8", "--output-dir", str(tmp_path / "transfer")],
+        ["tune", "--planted", "--max-trials", "1", "--epochs", "1", "--steps-per-epoch", "2",
+         "--hidden-dim", "8", "--heads", "2", "--layers", "1", "--context-lengths", "1",
+         "--thresholds", "scalar", "--learning-rates", "0.01", "--directory",
+         str(tmp_path / "tuning")],
+    ]
+    for argv in commands:
+        proc = run_as_glomo(argv)
+        assert proc.returncode == 0, (argv[0], proc.stderr[-3000:])
+        assert proc.stderr == "", (argv[0], proc.stderr[-3000:])
+        assert "\r" not in proc.stdout and "\x1b[" not in proc.stdout, argv[0]

@@ -156,3 +156,15 @@ def test_omit_retracing_warning_silences_tensorflows_frequent_tracing_warning(ca
 
     assert trace_often(tf.function(lambda x: x + 1))  # the warning exists
     assert not trace_often(omit_retracing_warning(tf.function(lambda x: x + 1)))
+
+
+def test_keras_tuner_outside_notebooks_prints_plain_lines(capsys):
+    """Outside an IPython kernel KerasTuner's "clear the output" must not write escape codes."""
+    import keras_tuner.src.utils as kt_utils
+
+    from glomo_tf._keras_private import keras_tuner_outside_notebooks
+
+    keras_tuner_outside_notebooks()
+    capsys.readouterr()
+    kt_utils.try_clear()
+    assert "\x1b" not in capsys.readouterr().out
