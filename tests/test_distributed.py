@@ -12,13 +12,13 @@ step (graphs, features, decoders, loss, gradients, optimizer) is compared exactl
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 from test_pretrain_cli import PROBE, TINY, write_corpus
+from _network import free_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "tests", "_mw_worker.py")
@@ -74,17 +74,6 @@ def assert_same_training(actual, expected, init):
         moved = np.abs(b - w0).max()
         assert moved > 1e-7  # every weight was trained
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-3 * moved)
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def cluster(index, ports):

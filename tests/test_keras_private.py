@@ -6,7 +6,6 @@ A failure here after a Keras or TensorFlow upgrade names the wrapper whose priva
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -16,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from glomo_tf import _keras_private, training
+from _network import free_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,17 +92,6 @@ from glomo_tf import _keras_private
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 print("in_multi_worker_mode:", _keras_private.in_multi_worker_mode(strategy), flush=True)
 """
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def run_workers(num_workers, timeout=180):

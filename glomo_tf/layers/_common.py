@@ -63,3 +63,16 @@ def attached_mask(tensor):
     For layers called with several tensors, to which Keras does not pass the mask itself.
     """
     return _keras_private.get_keras_mask(tensor)
+
+
+def sequence_inputs(layer, inputs, mask):
+    """``(inputs, mask)`` of a layer taking features ``[batch, T, d]`` beside other tensors: the
+    features in the layer's compute dtype (rank checked) and their mask, the attached one when
+    Keras passed none."""
+    if mask is None:  # Keras fills `mask` itself only for single-tensor calls
+        mask = attached_mask(inputs)
+    inputs = tf.cast(inputs, layer.compute_dtype)
+    if inputs.shape.rank != 3:
+        raise ValueError(f"{type(layer).__name__} expects inputs [batch, T, d]; got rank "
+                         f"{inputs.shape.rank}.")
+    return inputs, mask

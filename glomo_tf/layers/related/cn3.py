@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from glomo_tf.layers._common import attached_mask, compute_cast, masked_softmax
+from glomo_tf.layers._common import compute_cast, masked_softmax, sequence_inputs
 
 CONTEXTS = ("lstm", "cnn")
 
@@ -181,12 +181,7 @@ class ContextualizedNonLocal(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def call(self, inputs, mask=None, edge_features=None, node_features=None, training=False):
-        if mask is None:  # Keras fills `mask` itself only for single-tensor calls
-            mask = attached_mask(inputs)
-        inputs = tf.cast(inputs, self.compute_dtype)
-        if inputs.shape.rank != 3:
-            raise ValueError("ContextualizedNonLocal expects inputs [batch, T, d]; got rank "
-                             f"{inputs.shape.rank}.")
+        inputs, mask = sequence_inputs(self, inputs, mask)
         if (edge_features is None) != (self.edge_dim is None):
             raise ValueError("edge_features must be passed if and only if edge_dim is set "
                              f"(edge_dim={self.edge_dim}).")

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from glomo_tf.layers._common import attached_mask, compute_cast, gru_update
+from glomo_tf.layers._common import compute_cast, gru_update, sequence_inputs
 
 
 def sample_anchors(lengths, num_anchors, seed=None):
@@ -248,12 +248,7 @@ class SharedPrivateRNN(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def call(self, inputs, mask=None, aux_targets=None, training=False):
-        if mask is None:  # Keras fills `mask` itself only for single-tensor calls
-            mask = attached_mask(inputs)
-        inputs = tf.cast(inputs, self.compute_dtype)
-        if inputs.shape.rank != 3:
-            raise ValueError("SharedPrivateRNN expects inputs [batch, T, d]; got rank "
-                             f"{inputs.shape.rank}.")
+        inputs, mask = sequence_inputs(self, inputs, mask)
         if mask is None:
             mask = tf.ones(tf.shape(inputs)[:2], tf.bool)
         mask = tf.cast(mask, tf.bool)
