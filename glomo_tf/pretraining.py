@@ -369,8 +369,10 @@ def _pretrain(s, run_dir):
         history.append(model.fit(data, initial_epoch=first_epoch, epochs=s.epochs,
                                  steps_per_epoch=steps_per_epoch, **fit_kwargs))
     tokens_per_s = [v for h in history for v in h.history.get("tokens_per_s", [])]
+    last_epoch = [v for h in history for v in h.history.get("val_perplexity", [])]
     _save_outputs(model, run_dir, s, validation, started, save_graph_predictor,
-                  tokens_per_s=tokens_per_s[-1] if tokens_per_s else None)
+                  tokens_per_s=tokens_per_s[-1] if tokens_per_s else None,
+                  last_epoch_val_perplexity=last_epoch[-1] if last_epoch else None)
     return 0
 
 
@@ -427,7 +429,14 @@ def _liveness(model, dataset, batches=4):
             "dead_graphs": int((live == 0).sum())}
 
 
-def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s):
+def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s,
+                  last_epoch_val_perplexity=None):
+    """Evaluates the final model on the validation windows and writes the run's outputs.
+
+    With sampled decoding positions (``num_positions``), each evaluation decodes from other
+    positions, so this final evaluation's perplexity differs a little from the one the progress
+    bar showed after the last epoch; metrics.json keeps both and the run says which is which.
+    """
     from glomo_tf import training
     metrics = {"steps": int(model.optimizer.iterations.numpy()),
                "train_tokens_per_s": tokens_per_s,
@@ -436,6 +445,8 @@ def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, 
         result = model.evaluate(validation, verbose=0, return_dict=True)
         metrics.update({"val_loss": float(result["loss"]),
                         "val_perplexity": float(result["perplexity"])})
+        if last_epoch_val_perplexity is not None:
+            metrics["last_epoch_val_perplexity"] = float(last_epoch_val_perplexity)
         metrics.update(_liveness(model, validation))
     if not training.is_chief():
         return
@@ -444,6 +455,10 @@ def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, 
     with open(os.path.join(run_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     print(json.dumps(metrics))
+    if "last_epoch_val_perplexity" in metrics and s.num_positions is not None:
+        print(f"Validation perplexity of the final model: {metrics['val_perplexity']:.2f} (a "
+              f"fresh evaluation; the bar's {metrics['last_epoch_val_perplexity']:.2f} after the "
+              f"last epoch decoded from other sampled positions: --positions {s.num_positions}).")
     print(f"Saved {run_dir}/pretrainer.keras, graph_predictor.keras and tokenizer/.")
 
 

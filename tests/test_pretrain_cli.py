@@ -161,6 +161,21 @@ def test_a_corpus_of_random_bytes_is_refused_with_the_share_undecodable(tmp_path
     assert "Note: 50 of 50 lines (100.0%) hold bytes that are not UTF-8" in capsys.readouterr().out
 
 
+def test_sampled_positions_the_final_evaluation_is_told_apart_from_the_bar(tmp_path, corpus,
+                                                                          capsys):
+    """With --positions N each evaluation decodes from other positions: metrics.json keeps the
+    final evaluation and the bar's last-epoch figure, and the run says which is which."""
+    run = tmp_path / "run"
+    argv = [*TINY, "--positions", "2", "--validation-fraction", "0.2", "--epochs", "1",
+            "--steps-per-epoch", "2"]
+    assert glomo_pretrain("--train", corpus, *argv, "--output-dir", str(run)) == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    out = capsys.readouterr().out
+    assert (f"Validation perplexity of the final model: {metrics['val_perplexity']:.2f} (a fresh "
+            f"evaluation; the bar's {metrics['last_epoch_val_perplexity']:.2f} after the last "
+            "epoch decoded from other sampled positions: --positions 2)") in out
+
+
 def test_a_run_that_never_trained_leaves_nothing_to_resume(tmp_path, capsys):
     """Its settings and tokenizer do not bind the next attempt in the same directory."""
     run = str(tmp_path / "run")
@@ -211,6 +226,10 @@ def test_run_directory_holds_config_tokenizer_checkpoints_models_and_metrics(fin
     assert metrics["steps"] == 6
     assert metrics["train_tokens_per_s"] > 0
     assert np.isfinite(metrics["val_loss"]) and metrics["val_perplexity"] > 1.0
+    # Decoding from every position (--positions all), the final evaluation is the one the
+    # progress bar showed after the last epoch (same weights, same positions).
+    assert metrics["last_epoch_val_perplexity"] == pytest.approx(metrics["val_perplexity"],
+                                                                 rel=1e-5)
 
     # The saved model is the last checkpoint's model; the saved graph predictor is its part.
     model = keras.saving.load_model(os.path.join(run, "pretrainer.keras"))
