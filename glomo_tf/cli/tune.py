@@ -28,7 +28,8 @@ Examples::
 """
 
 
-from glomo_tf.cli.common import HelpFormatter, UsageError
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_verbose_argument,
+                                 resolve_verbose)
 from glomo_tf.tuning.search import PLANTED_WINDOW, TEXT_WINDOW, SearchConfig, run_search
 
 D = SearchConfig()  # the defaults
@@ -85,13 +86,16 @@ def register(subparsers):
                         help="delete DIRECTORY/PROJECT and start afresh (default: resume)")
     search.add_argument("--seed", type=int, default=D.seed,
                         help="seeds the data split, the oracle and every trial's initial weights")
+    add_verbose_argument(search)
     p.set_defaults(func=run)
     return p
 
 
 def run(args):
     fields = SearchConfig.__dataclass_fields__
-    config = SearchConfig(**{k: v for k, v in vars(args).items() if k in fields}).validated()
+    settings = {k: v for k, v in vars(args).items() if k in fields}
+    settings["verbose"] = resolve_verbose(settings["verbose"])
+    config = SearchConfig(**settings).validated()
     try:
         import keras_tuner  # noqa: F401
     except ImportError:

@@ -17,7 +17,7 @@ from glomo_tf import _keras_private, hparams
 from glomo_tf.runs import refuse_changed_settings
 
 # Settings that may change when resuming a search (everything else must match).
-RESUMABLE = ("max_trials", "overwrite")
+RESUMABLE = ("max_trials", "overwrite", "verbose")
 # The model of `glomo demo` (small, learns the planted edges fast): the fixed settings of
 # planted trials. Text trials use GlomoHyperModel's defaults (those of `glomo pretrain`).
 PLANTED_FIXED = dict(conv_layers=1, kernel_size=3, normalization="squared_relu",
@@ -52,6 +52,7 @@ class SearchConfig:
     project: str = "glomo"
     overwrite: bool = False
     seed: int = 0
+    verbose: int = 2
 
     def validated(self):
         """A copy with the choices sorted and deduplicated and the window and shift filled in;
@@ -220,7 +221,7 @@ def run_search(config):
         tuner.search(train, validation_data=validation, epochs=s.epochs,
                      steps_per_epoch=steps, callbacks=[keras.callbacks.TensorBoard(log_dir)],
                      shuffle=False,
-                     verbose=2)
+                     verbose=s.verbose)
     except RuntimeError as error:  # KerasTuner gives up after consecutive failed trials
         print(f"glomo tune: the search stopped: {str(error).splitlines()[0]}", file=sys.stderr)
         write_results(tuner, project_dir, results_table, trial_rows)
