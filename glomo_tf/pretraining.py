@@ -276,8 +276,8 @@ def epoch_stream(windows, global_batch, steps_per_epoch, seed, first_epoch, last
 def run_pretraining(config):
     """Runs (or resumes) the pretraining a :class:`PretrainingConfig` describes, in its
     ``output_dir``; returns 0. Raises ``ValueError`` for settings or data to change."""
+    s = config.validated()  # before TensorFlow loads: a bad setting fails at once
     from glomo_tf import training
-    s = config.validated()
     run_dir = s.output_dir
     os.makedirs(run_dir, exist_ok=True)
     config_path = os.path.join(run_dir, "config.json")

@@ -70,12 +70,17 @@ def run_as_glomo(argv, timeout=600):
 
 
 def test_help_parses_without_importing_tensorflow():
-    """`glomo --help` and every `glomo CMD --help` are answered before TensorFlow, Keras or
-    tensorflow-text is imported (they take seconds to import)."""
+    """`glomo --help`, every `glomo CMD --help` and flag errors are answered before TensorFlow,
+    Keras or tensorflow-text is imported (they take seconds to import)."""
     from glomo_tf.cli import COMMANDS
 
     commands = [command for command, _ in COMMANDS]
+    bad_flags = [["pretrain", "--train", "/nonexistent.txt", "--hidden-dim", "-16",
+                  "--output-dir", "/nonexistent/run"],
+                 ["transfer", "--dataset", "nope", "--output-dir", "/nonexistent/t"],
+                 ["tune", "--planted", "--max-trials", "0"], ["demo", "--epochs", "0"]]
     code = ("import sys\nsys.argv = ['glomo']\nfrom glomo_tf.cli import main\n"
+            f"for argv in {bad_flags!r}:\n    assert main(argv) == 2\n"
             f"for argv in [['--help'], ['--version']] + [[c, '--help'] for c in {commands!r}]:\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
@@ -84,7 +89,9 @@ def test_help_parses_without_importing_tensorflow():
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "HEAVY []" in proc.stdout, proc.stdout[-500:]
-    assert proc.stderr == ""
+    errors = proc.stderr.splitlines()  # the flag errors, one line each, nothing else
+    assert len(errors) == len(bad_flags), proc.stderr
+    assert all(line.startswith("glomo ") and ": error: " in line for line in errors), errors
 
 
 def test_a_command_prints_no_tensorflow_log_and_no_python_warning(tmp_path):

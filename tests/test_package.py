@@ -1,5 +1,5 @@
-"""`import glomo_tf` is light, and glomo_tf's classes are registered with Keras whichever of
-glomo_tf, TensorFlow and Keras a program imports first."""
+"""glomo_tf's classes are registered with Keras after `import glomo_tf`, whichever of glomo_tf,
+TensorFlow and Keras a program imports first; the `glomo` command's parsers import none of them."""
 
 import subprocess
 import sys
@@ -14,8 +14,10 @@ def run_python(code):
     return proc.stdout
 
 
-def test_the_package_the_serving_client_and_hparams_import_no_tensorflow():
-    out = run_python("import sys, glomo_tf, glomo_tf.hparams, glomo_tf.serving.client\n"
+def test_hparams_and_the_serving_client_stay_light_in_a_command_line_process():
+    """In the `glomo` process, the package defers TensorFlow to the command that needs it."""
+    out = run_python("import sys\nsys.argv = ['glomo']\n"
+                     "import glomo_tf, glomo_tf.hparams, glomo_tf.serving.client\n"
                      "print(sorted({m.split('.')[0] for m in sys.modules} & "
                      "{'tensorflow', 'keras', 'tensorflow_text'}))")
     assert out.strip() == "[]"

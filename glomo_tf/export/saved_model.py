@@ -220,7 +220,8 @@ def resolve_graph_predictor(model):
 
 def load_keras_model(path):
     """Loads a ``.keras`` file written by ``glomo pretrain`` (pretrainer or graph predictor)."""
-    import glomo_tf  # noqa: F401  (registers the glomo_tf classes for deserialisation)
+    import glomo_tf.layers  # noqa: F401  (registers the glomo_tf classes for deserialisation)
+    import glomo_tf.models  # noqa: F401
 
     path = os.fspath(path)
     if not os.path.exists(path):

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Optional
 
-from glomo_tf import _keras_private, hparams
+from glomo_tf import hparams
 from glomo_tf.runs import refuse_changed_settings
 
 # Settings that may change when resuming a search (everything else must match).
@@ -200,6 +200,8 @@ def run_search(config):
         num_layers=s.layers, thresholds=s.thresholds, hidden_dim=s.hidden_dim,
         learning_rates=s.learning_rates, fixed=fixed, seed=s.seed,
         evaluation_batch_size=s.batch_size)
+    from glomo_tf import _keras_private
+
     _keras_private.keras_tuner_outside_notebooks()  # plain lines in logs and pipes
     tuner = make_tuner(s.tuner, hypermodel, s.directory, s.project,
                        max_trials=s.max_trials, seed=s.seed, overwrite=s.overwrite,
