@@ -238,7 +238,9 @@ def fit_with_curve(model, train, training, steps, eval_every, seed, measure, sto
             if stop is not None and stop(row):
                 self.model.stop_training = True
 
-    model.fit(curriculum_dataset(train, training, stages, seed), epochs=max(1, steps // eval_every), steps_per_epoch=eval_every, verbose=0,
+    model.fit(curriculum_dataset(train, training, stages, seed),
+              epochs=max(1, steps // eval_every), steps_per_epoch=eval_every, verbose=0,
+              shuffle=False,  # the dataset shuffles itself
               callbacks=[Record()])
     return curve
 

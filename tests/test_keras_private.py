@@ -127,7 +127,8 @@ def test_in_multi_worker_mode_under_multi_worker_mirrored_strategy():
     assert "in_multi_worker_mode: False" in output, output[-3000:]
 
 
-def test_omit_retracing_warning_silences_tensorflows_frequent_tracing_warning(caplog):
+def test_omit_retracing_warning_silences_tensorflows_frequent_tracing_warning(caplog,
+                                                                              monkeypatch):
     """TensorFlow warns when a tf.function traces many times; a function passed through
     omit_retracing_warning traces as often without the warning (the attribute it sets is read)."""
     import logging
@@ -135,6 +136,9 @@ def test_omit_retracing_warning_silences_tensorflows_frequent_tracing_warning(ca
     import tensorflow as tf
 
     from glomo_tf._keras_private import omit_retracing_warning
+
+    # Without the command line's filter of this warning (a test of glomo main() may have set it).
+    monkeypatch.setattr(logging.getLogger("tensorflow"), "filters", [])
 
     def trace_often(function):
         caplog.clear()

@@ -23,12 +23,7 @@ def test_hparams_and_the_serving_client_stay_light_in_a_command_line_process():
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("imports", [
-    "import glomo_tf; import keras",
-    "import glomo_tf; import tensorflow; import keras",
-    "import tensorflow; import glomo_tf; import keras",
-    "import keras; import glomo_tf",
-])
+@pytest.mark.parametrize("imports", ["import glomo_tf; import keras", "import keras; import glomo_tf"])
 def test_a_saved_glomo_model_loads_whatever_the_import_order(tmp_path, imports):
     """A downstream model with a GlomoTransfer, saved to .keras, loads with keras.saving alone."""
     import keras

@@ -86,7 +86,9 @@ def quiet_tensorflow():
     if "tensorflow" not in sys.modules and not any(
             isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _QuietTensorFlowImport())
-    logging.getLogger("tensorflow").addFilter(_ExpectedRetracing())
+    logger = logging.getLogger("tensorflow")
+    if not any(isinstance(f, _ExpectedRetracing) for f in logger.filters):
+        logger.addFilter(_ExpectedRetracing())
 
 
 def main(argv=None):
