@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import threading
 import time
 import urllib.parse
@@ -861,3 +862,82 @@ def test_batching_parameters_file_format():
         "num_batch_threads": 8}
     with pytest.raises(ValueError, match="must be an integer"):
         parse_batching_parameters("max_batch_size { value: lots }")
+
+
+# ----------------------------------------------------------------------------- hostile input
+def _tensor_proto(shape, dtype=tf.float32, values=()):
+    proto = tf.make_tensor_proto(np.zeros([0], dtype.as_numpy_dtype), dtype=dtype)
+    del proto.tensor_shape.dim[:]
+    for size in shape:
+        proto.tensor_shape.dim.add(size=size)
+    proto.float_val.extend(values)
+    return proto
+
+
+@pytest.mark.parametrize("shape,code,words", [
+    ([2 ** 40], "RESOURCE_EXHAUSTED", "holds 1099511627776 elements"),
+    ([-1], "INVALID_ARGUMENT", "dimension -1 in shape [-1] is negative"),
+    ([1] * 40, "INVALID_ARGUMENT", "has 40 dimensions"),
+])
+def test_grpc_tensor_shapes_are_checked_before_any_allocation(server, stubs, shape, code, words):
+    """A TensorProto's shape is checked before make_ndarray would fill it: no MemoryError
+    (INTERNAL), no negative dimension accepted."""
+    request = predict_request("toy", "scale", k=np.ones(1, np.int32))
+    request.inputs["x"].CopyFrom(_tensor_proto(shape, values=[1.0]))
+    with pytest.raises(grpc.RpcError) as raised:
+        stubs[0].Predict(request, timeout=60)
+    assert raised.value.code().name == code
+    assert words in raised.value.details()
+
+
+def test_rest_nesting_deeper_than_numpy_allows_is_a_400(server):
+    deep = "[" * 100 + '"x"' + "]" * 100
+    status, doc = rest(server.rest_url + PREDICT, "POST",
+                       raw=('{"instances": ' + deep + "}").encode())
+    assert status == 400 and "at most 32 are accepted" in doc["error"], doc
+
+
+def _raw_http(server, payload, half_close=False):
+    """Sends raw bytes; returns the status line and the body of the answer."""
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as connection:
+        connection.sendall(payload)
+        if half_close:
+            connection.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0].decode(), body
+
+
+def test_http_framing_conflicting_lengths_and_truncated_bodies_are_refused(server):
+    body = json.dumps({"signature_name": "negate", "instances": [1.0]}).encode()
+    request = (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nContent-Length: {len(body) + 5}\r\n"
+               "Connection: close\r\n\r\n").encode() + body
+    status, answer = _raw_http(server, request)
+    assert status.split()[1] == "400" and b"conflicting Content-Length" in answer, (status, answer)
+    request = (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body) + 40}\r\n\r\n").encode() + body
+    status, answer = _raw_http(server, request, half_close=True)
+    assert status.split()[1] == "400" and b"ended after" in answer, (status, answer)
+
+
+def test_head_is_answered_like_other_unsupported_methods(server):
+    status, _ = _raw_http(server, f"HEAD {PREDICT} HTTP/1.1\r\nHost: x\r\n"
+                                  "Connection: close\r\n\r\n".encode())
+    assert status.split()[1] == "400", status
+
+
+def test_a_client_that_goes_away_is_one_log_line(server, caplog):
+    with caplog.at_level("INFO", logger="glomo_tf.serving"):
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:
+            server._rest.handle_error(None, ("127.0.0.1", 5555))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["REST client 127.0.0.1:5555 went away: ConnectionResetError"]
+    assert not any(r.exc_info for r in caplog.records)

@@ -41,8 +41,9 @@ def _call(context, function):
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
-    def __init__(self, core):
+    def __init__(self, core, max_request_bytes=None):
         self.core = core
+        self.max_request_bytes = max_request_bytes
 
     def Predict(self, request, context):
         return _call(context, lambda: self._predict(request, context))
@@ -62,6 +63,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "DT_INVALID"
                 raise invalid(f"Expects arg[{alias}] to be {tf.dtypes.as_dtype(spec.enum).name} "
                               f"but {got} is provided")
+            check_tensor_proto(alias, proto, self.max_request_bytes)
             try:
                 inputs[alias] = tf.make_ndarray(proto)
             except (TypeError, ValueError) as error:
@@ -176,7 +178,7 @@ class GrpcServer:
                      ("grpc.max_send_message_length", -1),
                      ("grpc.so_reuseport", 0)])
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            PredictionServicer(core), self.server)
+            PredictionServicer(core, max_request_bytes), self.server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(core),
                                                                   self.server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -192,3 +194,26 @@ class GrpcServer:
 
     def stop(self, grace=1.0):
         self.server.stop(grace).wait(timeout=30)
+
+
+def check_tensor_proto(alias, proto, max_elements=None):
+    """Refuses a request ``TensorProto`` whose shape is negative, too deep, or holds more
+    elements than ``max_elements`` (the server's byte limit: every element takes at least a
+    byte), before ``make_ndarray`` would allocate it."""
+    from glomo_tf.serving.tensors import check_rank
+
+    dims = [int(d.size) for d in proto.tensor_shape.dim]
+    if proto.tensor_shape.unknown_rank:
+        raise invalid(f"input {alias}: a request tensor needs a known shape")
+    negative = [d for d in dims if d < 0]
+    if negative:
+        raise invalid(f"input {alias}: dimension {negative[0]} in shape {dims} is negative")
+    check_rank(len(dims), f"input {alias}")
+    elements = 1
+    for d in dims:
+        elements *= d
+    if max_elements and elements > max_elements:
+        raise ServingError("RESOURCE_EXHAUSTED",
+                           f"input {alias}: shape {dims} holds {elements} elements, more than "
+                           f"the {max_elements} this server accepts (--max_request_bytes)")
+

@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import socket
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -172,6 +173,9 @@ class RestHandler(BaseHTTPRequestHandler):
     def do_PATCH(self):
         self._handle("PATCH")
 
+    def do_HEAD(self):  # answered like PUT or DELETE: 400 (the JSON error body is not sent)
+        self._handle("HEAD")
+
     def do_OPTIONS(self):
         if self.server.cors:
             self._send(204, b"")
@@ -196,11 +200,19 @@ class RestHandler(BaseHTTPRequestHandler):
                 total += size
                 if total > limit:
                     raise BodyTooLarge(total)
-                chunks.append(self.rfile.read(size))
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    self.close_connection = True
+                    raise invalid("chunked request body ended inside a chunk")
+                chunks.append(chunk)
                 self.rfile.readline(8)
-        length = self.headers.get("Content-Length")
-        if length is None:
+        lengths = set(self.headers.get_all("Content-Length") or [])
+        if not lengths:
             return b""
+        if len(lengths) > 1:  # RFC 9112, 6.3: differing lengths make the framing invalid
+            self.close_connection = True
+            raise invalid(f"conflicting Content-Length headers: {', '.join(sorted(lengths))}")
+        length = lengths.pop()
         try:
             length = int(length)
         except ValueError:
@@ -209,7 +221,12 @@ class RestHandler(BaseHTTPRequestHandler):
             raise invalid(f"bad Content-Length: {length}")
         if length > limit:
             raise BodyTooLarge(length)
-        return self.rfile.read(length)
+        body = self.rfile.read(length)
+        if len(body) < length:  # the client closed its side early: never predict on a part
+            self.close_connection = True
+            raise invalid(f"request body ended after {len(body)} of its {length} bytes "
+                          "(Content-Length)")
+        return body
 
     def _send(self, status, body, content_type="application/json"):
         self.send_response(status)
@@ -275,6 +292,15 @@ class RestServer(ThreadingHTTPServer):
     @property
     def port(self):
         return self.server_address[1]
+
+    def handle_error(self, request, client_address):
+        """A client that goes away mid-request is one log line, not a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, socket.timeout)):
+            log.info("REST client %s:%s went away: %s", *client_address[:2],
+                     type(error).__name__)
+            return
+        super().handle_error(request, client_address)
 
     def start(self):
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},

@@ -127,6 +127,18 @@ def _leaf_converter(dtype_name):
                        "supported")
 
 
+# Most dimensions a request tensor may have (NumPy's own limit is 64; TensorFlow ops rarely take
+# more than 8): deeper nesting is a client error, answered before any array is built.
+MAX_RANK = 32
+
+
+def check_rank(rank, what="the value"):
+    """INVALID_ARGUMENT when ``rank`` exceeds :data:`MAX_RANK`."""
+    if rank > MAX_RANK:
+        raise invalid(f"{what} has {rank} dimensions (lists nested {rank} deep); at most "
+                      f"{MAX_RANK} are accepted")
+
+
 def dense_shape(value):
     """The shape implied by following the first element of each nested list."""
     shape = []
@@ -148,6 +160,7 @@ def json_to_array(value, dtype_name):
     convert = _leaf_converter(dtype_name)
     shape = dense_shape(value)
     rank = len(shape)
+    check_rank(rank)
     flat = []
 
     def fill(item, level):
