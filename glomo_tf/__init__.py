@@ -37,8 +37,6 @@ def _started_as_the_command_line():
 # command that needs it (its --help and flag errors come before TensorFlow loads), and the names
 # above then load on first use.
 if not _started_as_the_command_line():
-    from glomo_tf.layers import (ContextDecoder, ContextualizedNonLocal,  # noqa: F401
-                                 FeaturePredictor, GlomoTransfer, GraphMixture, GraphPredictor,
-                                 LinearChainCRF, SharedPrivateRNN)
-    from glomo_tf.models import GlomoPretrainer, Perplexity  # noqa: F401
-    from glomo_tf.saving import load_graph_predictor, save_graph_predictor  # noqa: F401
+    for _name in _PUBLIC:
+        __getattr__(_name)
+    del _name

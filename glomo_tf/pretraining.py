@@ -186,15 +186,17 @@ def make_optimizer(s):
 
 
 # ---------------------------------------------------------------------- data
-def load_corpus(s):
-    """The lines of the run's corpus (``train`` files or ``tfds``); files whose share of lines
-    with invalid UTF-8 exceeds ``max_undecodable`` are refused (see :func:`check_decodable`)."""
+def load_corpus(s, check_encoding=True):
+    """The lines of the run's corpus (``train`` files or ``tfds``); with ``check_encoding``, files
+    whose share of lines with invalid UTF-8 exceeds ``max_undecodable`` are refused (see
+    :func:`check_decodable`: one more pass over the files, which a resumed run skips)."""
     from glomo_tf.data import corpus
     try:
         if s.tfds:
             return corpus.tfds_lines(s.tfds, s.tfds_split, text_key=s.tfds_text_key)
         lines = corpus.text_lines(s.train)
-        check_decodable(s.train, s.max_undecodable)
+        if check_encoding:
+            check_decodable(s.train, s.max_undecodable)
         return lines
     except (ValueError, FileNotFoundError, ImportError, TypeError) as error:
         raise ValueError(str(error)) from None
@@ -317,9 +319,11 @@ def _pretrain(s, run_dir):
         raise ValueError(f"--global-batch-size {global_batch} is not divisible by the "
                          f"{replicas} replicas.")
 
-    lines = load_corpus(s)
+    first_start = not _resuming(run_dir)  # a resumed run's corpus passed the checks already
+    lines = load_corpus(s, check_encoding=first_start)
     tokenizer = load_or_build_tokenizer(s, lines, run_dir)
-    validation_lines = load_corpus(dataclasses.replace(s, train=s.validation, tfds=None)) \
+    validation_lines = load_corpus(dataclasses.replace(s, train=s.validation, tfds=None),
+                                   check_encoding=first_start) \
         if s.validation else None
     try:
         stream_batches, validation = pretraining_datasets(
