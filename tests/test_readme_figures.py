@@ -167,3 +167,28 @@ def test_real_text_table_matches_the_recorded_runs(readme):
     assert len(rows) >= 2
     for row in rows + [uniform_row()]:
         assert row in readme, f"README lacks: {row}"
+
+
+def transfer_overhead_row(auto, chained):
+    """The README's `GlomoTransfer` step-cost figures, from benchmarks/outputs/transfer_overhead*."""
+    def cell(result):
+        rounds = result["ratio_glomo_added_over_mha_added_rounds"]
+        return (result["added_ms_per_step"]["glomo"], result["added_ms_per_step"]["mha"],
+                result["ratio_glomo_added_over_mha_added"], min(rounds), max(rounds))
+    ga, ma, ra, la, ha = cell(auto)
+    gc, mc, rc, lc, hc = cell(chained)
+    return (f"+{ga:.1f} ms per step with `propagation=\"auto\"` against +{ma:.1f} ms for a "
+            f"`MultiHeadAttention` layer of the same width: {ra:.1f}x what self-attention adds "
+            f"(rounds {la:.1f}-{ha:.1f}x); with `--propagation chained` +{gc:.1f} ms against "
+            f"+{mc:.1f} ms, {rc:.1f}x (rounds {lc:.1f}-{hc:.1f}x)")
+
+
+def test_transfer_overhead_figures_come_from_the_benchmark_json(readme):
+    outputs = os.path.join(REPO, "benchmarks", "outputs")
+    results = []
+    for name in ("transfer_overhead.json", "transfer_overhead_chained.json"):
+        with open(os.path.join(outputs, name), encoding="utf-8") as handle:
+            results.append(json.load(handle))
+    assert [r["config"]["propagation"] for r in results] == ["auto", "chained"]
+    assert all(r["config"]["batch"] == 64 and r["config"]["seq"] == 48 for r in results)
+    assert transfer_overhead_row(*results) in readme
