@@ -5,7 +5,8 @@ from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_mixture import GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
-from glomo_tf.layers.related import ContextualizedNonLocal, LinearChainCRF, SharedPrivateRNN
+from glomo_tf.layers.related import (ContextualizedNonLocal, LinearChainCRF, OrderedMemory,
+                                     SharedPrivateRNN)
 
 __all__ = ["ContextDecoder", "ContextualizedNonLocal", "FeaturePredictor", "GlomoTransfer",
-           "GraphMixture", "GraphPredictor", "LinearChainCRF", "SharedPrivateRNN"]
+           "GraphMixture", "GraphPredictor", "LinearChainCRF", "OrderedMemory", "SharedPrivateRNN"]

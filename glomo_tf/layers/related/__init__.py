@@ -2,6 +2,8 @@
 
 * :class:`ContextualizedNonLocal` and :class:`LinearChainCRF`: CN3 (Liu et al., "Contextualized
   Non-local Neural Networks for Sequence Learning", AAAI 2019);
+* :class:`OrderedMemory`: Ordered Memory (Shen et al., "Ordered Memory", NeurIPS 2019), a
+  latent-tree sentence encoder; its trees are read by :mod:`glomo_tf.trees`;
 * :class:`SharedPrivateRNN`: the RNN with a shared and a private state ("RNNs with private and
   shared representations for semi-supervised sequence learning").
 
@@ -11,6 +13,7 @@ names (``glomo_tf>ContextualizedNonLocal`` ...) do not depend on the module they
 
 from glomo_tf.layers.related.cn3 import ContextualizedNonLocal
 from glomo_tf.layers.related.crf import LinearChainCRF
+from glomo_tf.layers.related.ordered_memory import OrderedMemory
 from glomo_tf.layers.related.shared_private_rnn import SharedPrivateRNN
 
-__all__ = ["ContextualizedNonLocal", "LinearChainCRF", "SharedPrivateRNN"]
+__all__ = ["ContextualizedNonLocal", "LinearChainCRF", "OrderedMemory", "SharedPrivateRNN"]
