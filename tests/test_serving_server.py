@@ -29,6 +29,7 @@ from tensorflow_serving.config import model_server_config_pb2
 from glomo_tf.cli import build_parser
 from glomo_tf.cli.common import UsageError
 from glomo_tf.cli.serve import server_from_args
+from glomo_tf.serving.limits import RequestLimits
 from glomo_tf.serving.server import ModelServer, parse_batching_parameters
 from _serving_fixtures import write_half_plus_two, write_toy_model
 
@@ -792,7 +793,9 @@ def test_cli_flags_follow_tensorflow_model_server(tmp_path, store):
         max_enqueued_batches=7, file_system_poll_wait_seconds=5.0,
         model_config_file_poll_wait_seconds=0, rest_api_timeout_in_ms=1234,
         max_request_bytes=4096, saved_model_tags=("serve",), cors=True, grpc_max_threads=4,
-        max_num_load_retries=2)
+        max_num_load_retries=2, rest_api_num_threads=4, max_queued_requests=16,
+        rest_api_max_connections=64, metrics_path=None, access_log=False)
+    assert server.limits == RequestLimits(max_request_bytes=4096)
     args = parse(["serve", f"--model_base_path={base}",
                                           "--enable_batching=false", "--host=0.0.0.0"])
     server = server_from_args(args)
@@ -801,14 +804,13 @@ def test_cli_flags_follow_tensorflow_model_server(tmp_path, store):
 
 
 def test_cli_accepts_and_reports_tensorflow_model_server_tuning_flags(tmp_path, caplog):
-    args = parse(["serve", f"--model_base_path={tmp_path}", "--rest_api_num_threads=4",
-                  "--enable_model_warmup", "--tensorflow_intra_op_parallelism", "2"])
+    args = parse(["serve", f"--model_base_path={tmp_path}", "--enable_model_warmup",
+                  "--tensorflow_intra_op_parallelism", "2"])
     with caplog.at_level("WARNING", logger="glomo_tf.serving"):
         server_from_args(args)
     ignored = sorted(r.getMessage().split()[0] for r in caplog.records if "ignored" in
                      r.getMessage())
-    assert ignored == ["--enable_model_warmup", "--rest_api_num_threads",
-                       "--tensorflow_intra_op_parallelism"]
+    assert ignored == ["--enable_model_warmup", "--tensorflow_intra_op_parallelism"]
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -875,7 +877,7 @@ def _tensor_proto(shape, dtype=tf.float32, values=()):
 
 
 @pytest.mark.parametrize("shape,code,words", [
-    ([2 ** 40], "RESOURCE_EXHAUSTED", "holds 1099511627776 elements"),
+    ([2 ** 40], "RESOURCE_EXHAUSTED", "shape [1099511627776], 1099511627776 elements) holds"),
     ([-1], "INVALID_ARGUMENT", "dimension -1 in shape [-1] is negative"),
     ([1] * 40, "INVALID_ARGUMENT", "has 40 dimensions"),
 ])

@@ -62,9 +62,31 @@ def register(subparsers):
                    help="how long a REST request may wait for its batch")
     p.add_argument("--rest_api_enable_cors_support", type=_bool, nargs="?", const=True,
                    default=False, help="send CORS headers")
-    p.add_argument("--grpc_max_threads", type=int, default=16, help="gRPC worker threads")
-    p.add_argument("--max_request_bytes", type=int, default=64 << 20,
-                   help="largest REST body / gRPC message accepted")
+    p.add_argument("--grpc_max_threads", type=int, default=16,
+                   help="gRPC calls converting their tensors at once")
+    p.add_argument("--rest_api_num_threads", type=int, default=4,
+                   help="REST requests read and decoded at once (TF Serving's flag)")
+    p.add_argument("--max_queued_requests", type=int, default=16,
+                   help="requests that may wait for a turn, per API; one more is refused with "
+                        "503 / UNAVAILABLE")
+    p.add_argument("--rest_api_max_connections", type=int, default=64,
+                   help="open REST connections; one more is answered 503 and closed")
+    limits = p.add_argument_group(
+        "request limits (checked before any array is built; over a limit: 413 / "
+        "RESOURCE_EXHAUSTED, 400 / INVALID_ARGUMENT for --max_request_rank)")
+    limits.add_argument("--max_request_bytes", type=int, default=64 << 20,
+                        help="largest REST body / gRPC message accepted")
+    limits.add_argument("--max_request_elements", type=int, default=1 << 22,
+                        help="most tensor elements in one request, over all its inputs")
+    limits.add_argument("--max_request_rank", type=int, default=32,
+                        help="most dimensions of a request tensor (JSON list nesting)")
+    limits.add_argument("--max_text_bytes", type=int, default=1 << 20,
+                        help="largest string element of a request, in UTF-8 bytes")
+    p.add_argument("--monitoring_config_file",
+                   help="MonitoringConfig text proto; prometheus_config { enable: true } serves "
+                        "Prometheus metrics on the REST port (serving/monitoring.config)")
+    p.add_argument("--access_log", metavar="FILE",
+                   help="write one line per request to FILE ('-': standard error)")
     ignored = p.add_argument_group("accepted for tensorflow_model_server compatibility, ignored")
     for flag in IGNORED_FLAGS:
         ignored.add_argument(f"--{flag}", dest=f"ignored_{flag}", metavar="VALUE", nargs="?",
@@ -102,6 +124,17 @@ def server_from_args(args):
     for flag in IGNORED_FLAGS:
         if getattr(args, f"ignored_{flag}", None) is not None:
             log.warning("--%s has no effect in glomo serve; ignored", flag)
+    metrics_path = None
+    if args.monitoring_config_file:
+        from glomo_tf.serving.monitoring import parse_monitoring_config
+        try:
+            with open(args.monitoring_config_file, encoding="utf-8") as f:
+                metrics_path = parse_monitoring_config(f.read())
+        except (OSError, ValueError) as error:
+            raise UsageError(f"--monitoring_config_file: {error}") from None
+        if metrics_path and not args.rest_api_port:
+            raise UsageError("--monitoring_config_file serves metrics on the REST port; give "
+                             "a --rest_api_port")
     tags = tuple(t.strip() for t in args.saved_model_tags.split(",") if t.strip())
     common = dict(host=args.host, grpc_port=args.port,
                   rest_port=args.rest_api_port or None, enable_batching=args.enable_batching,
@@ -110,7 +143,13 @@ def server_from_args(args):
                   rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
                   max_request_bytes=args.max_request_bytes, saved_model_tags=tags,
                   cors=args.rest_api_enable_cors_support, grpc_max_threads=args.grpc_max_threads,
-                  max_num_load_retries=args.max_num_load_retries, **batching)
+                  max_num_load_retries=args.max_num_load_retries,
+                  max_request_elements=args.max_request_elements,
+                  max_request_rank=args.max_request_rank, max_text_bytes=args.max_text_bytes,
+                  rest_api_num_threads=args.rest_api_num_threads,
+                  max_queued_requests=args.max_queued_requests,
+                  rest_api_max_connections=args.rest_api_max_connections,
+                  metrics_path=metrics_path, access_log=bool(args.access_log), **batching)
     try:
         if args.model_config_file:
             server = ModelServer(model_config_file=args.model_config_file, **common)
@@ -123,6 +162,20 @@ def server_from_args(args):
                            **common)
     except (OSError, ValueError) as error:
         raise UsageError(str(error)) from None
+
+
+def open_access_log(target):
+    """Send the ``glomo_tf.serving.access`` lines to ``target`` (a file, or '-': stderr)."""
+    access = logging.getLogger("glomo_tf.serving.access")
+    try:
+        handler = (logging.StreamHandler(sys.stderr) if target == "-"
+                   else logging.FileHandler(target, encoding="utf-8"))
+    except OSError as error:
+        raise UsageError(f"--access_log {target}: {error.strerror or error}") from None
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
 
 
 def check_ports_free(host, ports):
@@ -147,6 +200,8 @@ def run(args):
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
     server = server_from_args(args)  # checks the flags; loads nothing yet
+    if args.access_log:
+        open_access_log(args.access_log)
     check_ports_free(args.host, [("--port", args.port), ("--rest_api_port", args.rest_api_port)])
     try:
         server.start()

@@ -51,10 +51,11 @@ class Batcher:
         num_batch_threads: threads running batches.
         max_enqueued_batches: batches' worth of rows that may wait per queue before requests
             are refused with UNAVAILABLE.
+        metrics: a :class:`~glomo_tf.serving.monitoring.Metrics` given each batch's rows.
     """
 
     def __init__(self, max_batch_size=32, batch_timeout_micros=0, num_batch_threads=2,
-                 max_enqueued_batches=100):
+                 max_enqueued_batches=100, metrics=None):
         if max_batch_size < 1 or num_batch_threads < 1 or max_enqueued_batches < 1:
             raise ValueError("max_batch_size, num_batch_threads and max_enqueued_batches must "
                              "be at least 1")
@@ -63,6 +64,7 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.timeout = batch_timeout_micros / 1e6
         self.max_enqueued_batches = max_enqueued_batches
+        self.metrics = metrics
         self.stats = {"batches": 0, "merged_batches": 0, "requests": 0, "largest_batch": 0}
         self._queues = {}
         self._cv = threading.Condition()
@@ -102,6 +104,11 @@ class Batcher:
         if task.error is not None:
             raise task.error
         return task.result
+
+    def queued_requests(self):
+        """Requests waiting in every queue now."""
+        with self._cv:
+            return sum(len(queue) for queue in self._queues.values())
 
     def stop(self):
         with self._cv:
@@ -165,6 +172,8 @@ class Batcher:
             self.stats["requests"] += len(tasks)
             self.stats["merged_batches"] += len(tasks) > 1
             self.stats["largest_batch"] = max(self.stats["largest_batch"], rows)
+        if self.metrics is not None:
+            self.metrics.record_batch(rows)
         if len(tasks) > 1:
             names = list(tasks[0].inputs)
             merged = {name: np.concatenate([task.inputs[name] for task in tasks])

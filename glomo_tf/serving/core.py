@@ -1,7 +1,13 @@
 """What the REST and gRPC front ends share: predictions, model status and metadata as protos."""
 
+import logging
+
+import numpy as np
+
 from glomo_tf.serving.errors import CODES, invalid
 from glomo_tf.serving.models import STATES
+
+log = logging.getLogger("glomo_tf.serving")
 
 
 class ServingCore:
@@ -12,13 +18,31 @@ class ServingCore:
         batcher: a :class:`~glomo_tf.serving.batching.Batcher`, or None to run every request alone.
     """
 
-    def __init__(self, manager, batcher=None):
+    def __init__(self, manager, batcher=None, limits=None, metrics=None):
+        from glomo_tf.serving.limits import RequestLimits
         self.manager = manager
         self.batcher = batcher
+        self.limits = limits or RequestLimits()
+        self.metrics = metrics
 
     def predict(self, signature, inputs, timeout=None):
-        """Validate ``inputs`` against ``signature`` and run it (batched where possible)."""
+        """Validate ``inputs`` against ``signature`` and run it (batched where possible).
+
+        Texts of a GLoMo export longer than a prefix that surely holds more than its
+        ``max_length`` units are cut to that prefix before tokenisation (the answer is the
+        same, as the ``truncated`` output confirms; otherwise the whole texts run)."""
         signature.check_inputs(inputs)
+        shortened = signature.shorten_texts(inputs)
+        if shortened is not None:
+            cut_inputs, rows = shortened
+            outputs = self._run(signature, cut_inputs, timeout)
+            if bool(np.all(outputs["truncated"][rows])):
+                return outputs
+            log.debug("signature %s: a cut text kept too few units; running the whole texts",
+                      signature.name)
+        return self._run(signature, inputs, timeout)
+
+    def _run(self, signature, inputs, timeout):
         if self.batcher is not None:
             return self.batcher.run(signature, inputs, timeout=timeout)
         return signature.run(inputs)

@@ -61,7 +61,16 @@ def example_from_json(value):
     return example
 
 
-def serialized_examples_from_json(doc, verb):
+def _check_context_copies(context, count, max_bytes):
+    """Each example gets its own copy of the context: refuse a request whose copies would
+    take more than ``max_bytes`` (a small body could otherwise fill the memory)."""
+    if max_bytes and len(context) * count > max_bytes:
+        from glomo_tf.serving.limits import too_large
+        raise too_large(f"the context ({len(context)} bytes) copied into each of {count} "
+                        f"examples takes more than {max_bytes} bytes (--max_request_bytes)")
+
+
+def serialized_examples_from_json(doc, verb, max_bytes=None):
     """The ``examples`` (and optional ``context``) of a REST classify/regress body, serialized."""
     if "examples" not in doc:
         raise invalid(f"When method is {verb}, key 'examples' is expected and was not found")
@@ -73,10 +82,11 @@ def serialized_examples_from_json(doc, verb):
     context = b""
     if "context" in doc:
         context = example_from_json(doc["context"]).SerializeToString()
+    _check_context_copies(context, len(examples), max_bytes)
     return [context + example_from_json(e).SerializeToString() for e in examples]
 
 
-def serialized_examples_from_proto(input_proto):
+def serialized_examples_from_proto(input_proto, max_bytes=None):
     """A ``tensorflow.serving.Input`` -> serialized examples (context merged into each)."""
     kind = input_proto.WhichOneof("kind")
     if kind == "example_list":
@@ -88,6 +98,7 @@ def serialized_examples_from_proto(input_proto):
         raise invalid("Input is empty")
     if not examples:
         raise invalid("Input is empty")
+    _check_context_copies(context, len(examples), max_bytes)
     return [context + e.SerializeToString() for e in examples]
 
 

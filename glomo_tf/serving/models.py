@@ -15,6 +15,7 @@ load is retried on later polls, up to ``max_num_load_retries`` times, or again o
 """
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -159,6 +160,36 @@ class Signature:
             spec.batch_major for spec in self.inputs.values()) and all(
             spec.batch_major and all(d >= 0 for d in spec.shape[1:])
             for spec in self.outputs.values())
+        self.text_prefix_bytes = None  # set by Servable for a text signature of a GLoMo export
+
+    def shorten_texts(self, inputs):
+        """For a GLoMo export's text signature: ``(inputs with long texts cut, rows cut)``, or
+        None when no text is long enough to cut.
+
+        A text longer than :attr:`text_prefix_bytes` is cut at the last ASCII space, tab or
+        newline within its first :attr:`text_prefix_bytes` bytes, so the tokenizer (whose units
+        never span whitespace) gives the same first units for the cut text as for the whole. The
+        cut is only safe when those units are more than the export's ``max_length`` (then both
+        are truncated to the same units), which the caller checks on the ``truncated`` output:
+        see :meth:`glomo_tf.serving.core.ServingCore.predict`.
+        """
+        if self.text_prefix_bytes is None:
+            return None
+        (alias, texts), = inputs.items()
+        limit = self.text_prefix_bytes
+        rows, shortened = [], None
+        for row, text in enumerate(texts):
+            if len(text) <= limit:
+                continue
+            head = text[:limit]
+            cut = max(head.rfind(b" "), head.rfind(b"\t"), head.rfind(b"\n"))
+            if cut <= 0:
+                continue  # one word as long as the prefix: nothing safe to cut
+            if shortened is None:
+                shortened = texts.copy()
+            shortened[row] = head[:cut]
+            rows.append(row)
+        return None if shortened is None else ({alias: shortened}, rows)
 
     def check_inputs(self, inputs):
         """Validate a ``{alias: ndarray}`` request against the signature (names, ranks, dims)."""
@@ -244,6 +275,12 @@ class Servable:
         for name, function in self._loaded.signatures.items():
             if name in self.signature_defs:
                 self.signatures[name] = Signature(name, self.signature_defs[name], function)
+        max_length = glomo_export_max_length(path)
+        if max_length is not None:
+            for signature in self.signatures.values():
+                if _cuttable_text_signature(signature):
+                    # Units are at least a byte; 32 bytes a unit leaves room for long words.
+                    signature.text_prefix_bytes = max(4096, 32 * (max_length + 1))
 
     def signature(self, name):
         name = name or DEFAULT_SIGNATURE
@@ -252,6 +289,27 @@ class Servable:
                           f"(model {self.model_name!r} version {self.version} has: "
                           f"{', '.join(sorted(self.signatures)) or 'none'})")
         return self.signatures[name]
+
+
+def glomo_export_max_length(path):
+    """The ``max_length`` a GLoMo export records in ``assets/glomo_export.json``, or None."""
+    try:
+        with open(os.path.join(path, "assets", "glomo_export.json"), encoding="utf-8") as f:
+            value = json.load(f).get("max_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _cuttable_text_signature(signature):
+    """One ``[B]`` string input and a ``[B]`` bool ``truncated`` output: a GLoMo text
+    signature, whose long texts :meth:`Signature.shorten_texts` may cut."""
+    if len(signature.inputs) != 1:
+        return False
+    (spec,) = signature.inputs.values()
+    truncated = signature.outputs.get("truncated")
+    return (spec.dtype == "DT_STRING" and spec.shape == (-1,) and truncated is not None
+            and truncated.dtype == "DT_BOOL" and truncated.shape == (-1,))
 
 
 def read_signature_defs(path, tags=("serve",)):

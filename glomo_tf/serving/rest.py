@@ -13,22 +13,27 @@ canonical code (400 for INVALID_ARGUMENT, 404 for NOT_FOUND, 503 for UNAVAILABLE
 a body over the size limit. A request never takes the server down.
 """
 
+import contextlib
 import json
 import logging
 import re
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from glomo_tf.serving.errors import ServingError, invalid
-from glomo_tf.serving.tensors import (float_tokens, columnar_json, is_b64_object,
-                                      json_to_array, row_json, short_type)
+from glomo_tf.serving.errors import ServingError, from_http_status, invalid
+from glomo_tf.serving.limits import Admission
+from glomo_tf.serving.monitoring import CONTENT_TYPE, Metrics
+from glomo_tf.serving.tensors import (DEFAULT_LIMITS, float_tokens, columnar_json,
+                                      is_b64_object, json_to_array, row_json, short_type)
 
 log = logging.getLogger("glomo_tf.serving")
+access_log = logging.getLogger("glomo_tf.serving.access")
 
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
                           r":(classify|regress|predict)", re.IGNORECASE)
@@ -43,6 +48,18 @@ def _show(value, limit=200):
 
 class BodyTooLarge(Exception):
     pass
+
+
+def route_of(method, path):
+    """``(model name, API)`` of a request path, as the metrics label them."""
+    matched = PREDICT_PATH.fullmatch(path) if method == "POST" else None
+    if matched:
+        return urllib.parse.unquote(matched.group(1)), matched.group(4).lower()
+    matched = STATUS_PATH.fullmatch(path) if method == "GET" else None
+    if matched:
+        api = "GetModelMetadata" if matched.group(4) else "GetModelStatus"
+        return urllib.parse.unquote(matched.group(1) or ""), api
+    return "", "other"
 
 
 # ----------------------------------------------------------------------------- request decoding
@@ -64,8 +81,10 @@ def parse_body(body):
     return doc
 
 
-def decode_instances(instances, signature):
-    """Row format: ``"instances": [...]`` -> ``{alias: ndarray}`` with one row per instance."""
+def decode_instances(instances, signature, limits=DEFAULT_LIMITS):
+    """Row format: ``"instances": [...]`` -> ``{alias: ndarray}`` with one row per instance.
+
+    ``limits`` bounds the elements of all instances together, checked before each is built."""
     names = sorted(signature.inputs)
     if not isinstance(instances, list):
         raise invalid("Excepting 'instances' to be an list/array")
@@ -82,6 +101,7 @@ def decode_instances(instances, signature):
         raise invalid("instances is a plain list, but expecting list of objects as multiple input "
                       f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
     columns = {name: [] for name in names}
+    elements = 0
     for index, element in enumerate(instances):
         if objects:
             if not is_object(element):
@@ -105,7 +125,7 @@ def decode_instances(instances, signature):
             items = [(names[0], element)]
         for name, value in items:
             try:
-                array = json_to_array(value, signature.inputs[name].dtype)
+                array = json_to_array(value, signature.inputs[name].dtype, limits, elements)
             except ServingError as error:
                 raise ServingError(error.code, f"Failed to process element: {index} key: {name} "
                                    f"of 'instances' list. Error: {error.message}") from None
@@ -115,10 +135,11 @@ def decode_instances(instances, signature):
                               f"list. Error: Expecting shape {list(column[0].shape)} but got: "
                               f"{list(array.shape)} (all instances must have the same shape)")
             column.append(array)
+            elements += array.size
     return {name: np.stack(column) for name, column in columns.items()}
 
 
-def decode_inputs(value, signature):
+def decode_inputs(value, signature, limits=DEFAULT_LIMITS):
     """Columnar format: ``"inputs": value | {alias: value}`` -> ``{alias: ndarray}``."""
     names = sorted(signature.inputs)
     if not names:
@@ -128,17 +149,19 @@ def decode_inputs(value, signature):
             raise invalid("inputs is a plain value/list, but expecting an object as multiple "
                           f"input tensors required as per tensorinfo_map (inputs: "
                           f"{', '.join(names)})")
-        return {names[0]: json_to_array(value, signature.inputs[names[0]].dtype)}
+        return {names[0]: json_to_array(value, signature.inputs[names[0]].dtype, limits)}
     unknown = sorted(set(value) - set(names))
     if unknown:
         raise invalid(f"'inputs' object has unknown input(s): {', '.join(unknown)} (signature "
                       f"{signature.name!r} takes: {', '.join(names)})")
-    inputs = {}
+    inputs, elements = {}, 0
     for name in names:
         if name not in value:
             raise invalid(f"Missing named input: {name} in 'inputs' object.")
         try:
-            inputs[name] = json_to_array(value[name], signature.inputs[name].dtype)
+            inputs[name] = json_to_array(value[name], signature.inputs[name].dtype, limits,
+                                         elements)
+            elements += inputs[name].size
         except ServingError as error:
             raise ServingError(error.code, f"input {name}: {error.message}") from None
     return inputs
@@ -183,8 +206,25 @@ class RestHandler(BaseHTTPRequestHandler):
             self._handle("OPTIONS")
 
     # -- plumbing
+    def _read(self, size, deadline):
+        """``size`` bytes of the body (fewer if the client closed), read by ``deadline``."""
+        parts, remaining = [], size
+        while remaining > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("the request body did not arrive in time")
+            self.connection.settimeout(left)
+            part = self.rfile.read1(min(remaining, 1 << 20))
+            if not part:
+                break
+            parts.append(part)
+            remaining -= len(part)
+        self.connection.settimeout(self.timeout)
+        return b"".join(parts)
+
     def _read_body(self):
-        limit = self.server.max_request_bytes
+        limit = self.server.limits.max_request_bytes
+        deadline = time.monotonic() + self.server.body_timeout
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             chunks, total = [], 0
             while True:
@@ -200,7 +240,7 @@ class RestHandler(BaseHTTPRequestHandler):
                 total += size
                 if total > limit:
                     raise BodyTooLarge(total)
-                chunk = self.rfile.read(size)
+                chunk = self._read(size, deadline)
                 if len(chunk) < size:
                     self.close_connection = True
                     raise invalid("chunked request body ended inside a chunk")
@@ -221,7 +261,7 @@ class RestHandler(BaseHTTPRequestHandler):
             raise invalid(f"bad Content-Length: {length}")
         if length > limit:
             raise BodyTooLarge(length)
-        body = self.rfile.read(length)
+        body = self._read(length, deadline)
         if len(body) < length:  # the client closed its side early: never predict on a part
             self.close_connection = True
             raise invalid(f"request body ended after {len(body)} of its {length} bytes "
@@ -229,6 +269,7 @@ class RestHandler(BaseHTTPRequestHandler):
         return body
 
     def _send(self, status, body, content_type="application/json"):
+        self._answer = (status, len(body))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -242,52 +283,146 @@ class RestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_error_json(self, status, message):
+    def _send_error_json(self, status, message, code=None):
+        self._code = code or from_http_status(status)
+        if self._body_unread:  # the unread body makes the stream unusable
+            self.close_connection = True
         self._send(status, json.dumps({"error": message}, ensure_ascii=False).encode("utf-8"))
 
     def _handle(self, method):
+        started = time.monotonic()
         path = urllib.parse.urlsplit(self.path).path
+        self._answer, self._code = (None, 0), "OK"
+        self._body_unread = method in ("POST", "PUT", "PATCH")
         try:
+            if method == "GET" and self.server.metrics_path and path == self.server.metrics_path:
+                self._send(200, self.server.metrics.exposition().encode("utf-8"),
+                           CONTENT_TYPE)
+                return
+            self._respond(method, path)
+        except ServingError as error:
+            self._send_error_json(error.http_status, error.message, error.code)
+        except (ConnectionError, socket.timeout):
+            self.close_connection = True
+            self._code = "CANCELLED"
+        except Exception as error:  # a bug must not take the server down
+            log.exception("REST %s %s failed", method, path)
+            self._send_error_json(500, f"Internal: {type(error).__name__}: {error}", "INTERNAL")
+        finally:
+            self.server.finished(self, method, path, time.monotonic() - started)
+
+    def _respond(self, method, path):
+        """Reads and decodes the request holding a worker turn (the part whose memory a client
+        controls), then runs it without one (the batcher bounds its own queue), and answers."""
+        with contextlib.ExitStack() as turn:
+            if self._body_unread:
+                turn.enter_context(self.server.admission.slot(self.server.request_timeout))
             try:
-                body = self._read_body() if method in ("POST", "PUT", "PATCH") else b""
+                body = self._read_body() if self._body_unread else b""
+                self._body_unread = False
             except BodyTooLarge as error:
-                self.close_connection = True  # the unread body makes the stream unusable
                 self._send_error_json(413, f"Request body of {error.args[0]} bytes exceeds the "
-                                      f"limit of {self.server.max_request_bytes} bytes "
-                                      "(--max_request_bytes)")
+                                      f"limit of {self.server.limits.max_request_bytes} bytes "
+                                      "(--max_request_bytes)", "RESOURCE_EXHAUSTED")
                 return
             if not path.lower().startswith("/v1/"):
                 self._send_error_json(404, f"Not found: {method} {path} (TF Serving's REST API "
                                       "is under /v1/models/)")
                 return
-            status, text = self.server.dispatch(method, path, body)
-            self._send(status, text.encode("utf-8"))
-        except ServingError as error:
-            self._send_error_json(error.http_status, error.message)
-        except (ConnectionError, socket.timeout):
-            self.close_connection = True
-        except Exception as error:  # a bug must not take the server down
-            log.exception("REST %s %s failed", method, path)
-            self._send_error_json(500, f"Internal: {type(error).__name__}: {error}")
+            status, answer = self.server.dispatch(method, path, body)
+        text = answer() if callable(answer) else answer
+        self._send(status, text.encode("utf-8"))
 
 
 class RestServer(ThreadingHTTPServer):
-    """The REST front end: ``dispatch`` maps a request to (HTTP status, JSON text)."""
+    """The REST front end: ``dispatch`` maps a request to (HTTP status, JSON text).
+
+    Args:
+        core: the :class:`~glomo_tf.serving.core.ServingCore` (its ``limits`` and ``metrics``).
+        host, port: where to listen (port 0: a free port, see :attr:`port`).
+        timeout_ms: how long a request may wait for a worker and then for its batch.
+        cors: answer with CORS headers.
+        workers, max_queued: requests with a body read and decoded at once, and waiting for
+            a turn (:class:`~glomo_tf.serving.limits.Admission`; more are refused with 503).
+        max_connections: open connections; one more is answered 503 and closed.
+        body_timeout: seconds a request body may take to arrive (408 after).
+        metrics_path: where Prometheus metrics are served (None: nowhere).
+        access_log: log one line per request to the ``glomo_tf.serving.access`` logger.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, core, host="127.0.0.1", port=0, max_request_bytes=64 << 20,
-                 timeout_ms=30000, cors=False):
+    def __init__(self, core, host="127.0.0.1", port=0, timeout_ms=30000, cors=False,
+                 workers=4, max_queued=16, max_connections=64, body_timeout=30.0,
+                 metrics_path=None, access_log=False):
         if ":" in host:
             self.address_family = socket.AF_INET6
         self.core = core
-        self.max_request_bytes = max_request_bytes
+        self.limits = core.limits
+        self.metrics = core.metrics or Metrics()
         self.request_timeout = timeout_ms / 1000 if timeout_ms and timeout_ms > 0 else None
         self.cors = cors
+        self.admission = Admission(workers, max_queued, "REST", "--rest_api_num_threads")
+        self.max_connections = max_connections
+        self.body_timeout = body_timeout
+        self.metrics_path = metrics_path
+        self.access_log = access_log
+        self._connections = 0
+        self._connections_lock = threading.Lock()
+        self.metrics.gauge(":glomo:serving:queue_depth", "queue", "REST",
+                           lambda: self.admission.waiting)
+        self.metrics.gauge(":glomo:serving:running_requests", "entrypoint", "REST",
+                           lambda: self.admission.running)
         super().__init__((host, port), RestHandler)
         self._thread = None
+
+    @property
+    def max_request_bytes(self):
+        return self.limits.max_request_bytes
+
+    # -- connections: a thread each, up to max_connections
+    def process_request(self, request, client_address):
+        with self._connections_lock:
+            full = self._connections >= self.max_connections
+            if not full:
+                self._connections += 1
+        if full:
+            self._refuse(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections -= 1
+
+    def _refuse(self, request):
+        body = json.dumps({"error": f"the server is busy: {self.max_connections} connections "
+                                    "are open (the most it takes); retry later"}).encode()
+        try:
+            request.settimeout(1.0)
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                            b"\r\nConnection: close\r\nContent-Length: "
+                            + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        self.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
+
+    def finished(self, handler, method, path, seconds):
+        """Count an answered request and write its access-log line."""
+        model, api = route_of(method, path)
+        if handler._answer[0] is not None or handler._code != "OK":
+            self.metrics.record_request(model, api, "REST", handler._code, seconds)
+        if self.access_log:
+            status, size = handler._answer
+            access_log.info('%s "%s %s" %s %d %.1fms', handler.address_string(), method,
+                            handler.path, status if status is not None else "-", size,
+                            seconds * 1e3)
 
     @property
     def port(self):
@@ -315,6 +450,8 @@ class RestServer(ThreadingHTTPServer):
 
     # -- routing
     def dispatch(self, method, path, body):
+        """``(HTTP status, JSON text)``, or for a prediction ``(200, work)``: the decoded request,
+        whose ``work()`` runs it and returns the JSON text."""
         matched = None
         if method == "POST":
             matched = PREDICT_PATH.fullmatch(path)
@@ -368,7 +505,12 @@ class RestServer(ThreadingHTTPServer):
             raise invalid("'signature_name' key must be a string value.")
         servable = self.core.manager.resolve(name, version, label)
         signature = servable.signature(signature_name)
-        serialized = inference.serialized_examples_from_json(doc, verb)
+        serialized = inference.serialized_examples_from_json(doc, verb,
+                                                             self.limits.max_request_bytes)
+        return lambda: self._classify_or_regress(verb, signature, serialized)
+
+    def _classify_or_regress(self, verb, signature, serialized):
+        from glomo_tf.serving import inference
         if verb == "classify":
             results = inference.classify(self.core, signature, serialized, self.request_timeout)
             rows = []
@@ -394,9 +536,9 @@ class RestServer(ThreadingHTTPServer):
             raise invalid("Not formatted correctly expecting only one of 'inputs' or "
                           "'instances' keys to exist")
         if "instances" in doc:
-            inputs, writer = decode_instances(doc["instances"], signature), row_json
+            inputs, writer = decode_instances(doc["instances"], signature, self.limits), row_json
         elif "inputs" in doc:
-            inputs, writer = decode_inputs(doc["inputs"], signature), columnar_json
+            inputs, writer = decode_inputs(doc["inputs"], signature, self.limits), columnar_json
         else:
             raise invalid("Missing 'inputs' or 'instances' key")
         unsupported = [f"{k}: {short_type(v.dtype)}" for k, v in signature.outputs.items()
@@ -404,8 +546,7 @@ class RestServer(ThreadingHTTPServer):
         if unsupported:
             raise ServingError("UNIMPLEMENTED", f"outputs of signature {signature.name!r} cannot "
                                f"be written as JSON ({', '.join(unsupported)}); use gRPC")
-        outputs = self.core.predict(signature, inputs, timeout=self.request_timeout)
-        return writer(outputs)
+        return lambda: writer(self.core.predict(signature, inputs, timeout=self.request_timeout))
 
 
 _JSON_OUTPUT_TYPES = {"DT_FLOAT", "DT_DOUBLE", "DT_HALF", "DT_BFLOAT16", "DT_INT8", "DT_INT16",

@@ -36,11 +36,11 @@ IGNORED_BATCHING_FIELDS = ("allowed_batch_sizes", "pad_variable_length_inputs",
                            "mixed_priority_batching_policy")
 # tensorflow_model_server flags that are accepted (so a command line carries over unchanged) but
 # have nothing to tune here; each one given is reported as ignored.
-IGNORED_FLAGS = ("rest_api_num_threads", "tensorflow_session_parallelism",
+IGNORED_FLAGS = ("tensorflow_session_parallelism",
                  "tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism",
                  "enable_model_warmup", "num_load_threads", "num_unload_threads",
                  "per_process_gpu_memory_fraction", "grpc_channel_arguments",
-                 "monitoring_config_file", "allow_version_labels_for_unavailable_models",
+                 "allow_version_labels_for_unavailable_models",
                  "xla_cpu_compilation_enabled", "enable_signature_method_name_check")
 DEFAULT_BATCHING = {"max_batch_size": 32, "batch_timeout_micros": 0, "num_batch_threads": 2,
                     "max_enqueued_batches": 100}
@@ -92,8 +92,17 @@ class ModelServer:
         max_request_bytes: largest request body (REST) or message (gRPC).
         saved_model_tags: MetaGraph tags to load.
         cors: answer REST requests with CORS headers.
-        grpc_max_threads: gRPC worker threads.
+        grpc_max_threads: gRPC calls converting their tensors at once.
         max_num_load_retries: retries for a version that fails to load.
+        max_request_elements, max_request_rank, max_text_bytes: the other limits of
+            :class:`~glomo_tf.serving.limits.RequestLimits`, checked before any array is built.
+        rest_api_num_threads: REST requests read and decoded at once.
+        max_queued_requests: requests that may wait for a turn, per API; one more is refused
+            with UNAVAILABLE (HTTP 503).
+        rest_api_max_connections: open REST connections; one more is answered 503.
+        metrics_path: serve Prometheus metrics on the REST port at this path (None: off; see
+            :func:`glomo_tf.serving.monitoring.parse_monitoring_config`).
+        access_log: one line per request on the ``glomo_tf.serving.access`` logger.
     """
 
     def __init__(self, models=None, *, model_name="default", model_base_path=None,
@@ -102,13 +111,26 @@ class ModelServer:
                  num_batch_threads=2, max_enqueued_batches=100, file_system_poll_wait_seconds=1.0,
                  model_config_file_poll_wait_seconds=0, rest_api_timeout_in_ms=30000,
                  max_request_bytes=64 << 20, saved_model_tags=("serve",), cors=False,
-                 grpc_max_threads=16, max_num_load_retries=5):
+                 grpc_max_threads=16, max_num_load_retries=5, max_request_elements=1 << 22,
+                 max_request_rank=32, max_text_bytes=1 << 20, rest_api_num_threads=4,
+                 max_queued_requests=16, rest_api_max_connections=64, metrics_path=None,
+                 access_log=False):
+        from glomo_tf.serving.limits import RequestLimits
         from glomo_tf.serving.models import ModelConfig
         given = sum(x is not None for x in (models, model_base_path, model_config_file))
         if given != 1:
             raise ValueError("give exactly one of models, model_base_path or model_config_file")
         if grpc_port is None and rest_port is None:
             raise ValueError("enable at least one of the gRPC and REST APIs")
+        self.limits = RequestLimits(max_request_bytes, max_request_elements, max_request_rank,
+                                    max_text_bytes)
+        for name, value, least in (("rest_api_num_threads", rest_api_num_threads, 1),
+                                   ("grpc_max_threads", grpc_max_threads, 1),
+                                   ("max_queued_requests", max_queued_requests, 0),
+                                   ("rest_api_max_connections", rest_api_max_connections, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"--{name} must be an integer of at least {least}, got "
+                                 f"{value!r}")
         self.model_config_file = model_config_file
         if model_config_file is not None:
             models = self._read_config_file()
@@ -125,8 +147,11 @@ class ModelServer:
             model_config_file_poll_wait_seconds=model_config_file_poll_wait_seconds,
             rest_api_timeout_in_ms=rest_api_timeout_in_ms, max_request_bytes=max_request_bytes,
             saved_model_tags=tuple(saved_model_tags), cors=cors,
-            grpc_max_threads=grpc_max_threads, max_num_load_retries=max_num_load_retries)
-        self.manager = self.batcher = self.core = None
+            grpc_max_threads=grpc_max_threads, max_num_load_retries=max_num_load_retries,
+            rest_api_num_threads=rest_api_num_threads, max_queued_requests=max_queued_requests,
+            rest_api_max_connections=rest_api_max_connections, metrics_path=metrics_path,
+            access_log=access_log)
+        self.manager = self.batcher = self.core = self.metrics = None
         self._grpc = self._rest = None
         self._stop = threading.Event()
         self._config_thread = None
@@ -143,25 +168,34 @@ class ModelServer:
         from glomo_tf.serving.core import ServingCore
         from glomo_tf.serving.grpc_service import GrpcServer
         from glomo_tf.serving.models import ModelManager
+        from glomo_tf.serving.monitoring import Metrics
         from glomo_tf.serving.rest import RestServer
         o = self.options
+        self.metrics = Metrics()
         self.manager = ModelManager(self.models, tags=o["saved_model_tags"],
                                     poll_seconds=o["file_system_poll_wait_seconds"],
                                     max_load_retries=o["max_num_load_retries"])
         self.manager.poll()
         if o["enable_batching"]:
             self.batcher = Batcher(o["max_batch_size"], o["batch_timeout_micros"],
-                                   o["num_batch_threads"], o["max_enqueued_batches"])
-        self.core = ServingCore(self.manager, self.batcher)
+                                   o["num_batch_threads"], o["max_enqueued_batches"],
+                                   metrics=self.metrics)
+            self.metrics.gauge(":glomo:serving:queue_depth", "queue", "batching",
+                               self.batcher.queued_requests)
+        self.core = ServingCore(self.manager, self.batcher, self.limits, self.metrics)
         try:
             if self._ports["grpc"] is not None:
                 self._grpc = GrpcServer(self.core, self.host, self._ports["grpc"],
-                                        o["grpc_max_threads"], o["max_request_bytes"])
+                                        o["grpc_max_threads"], o["max_queued_requests"],
+                                        o["access_log"])
                 self._grpc.start()
             if self._ports["rest"] is not None:
-                self._rest = RestServer(self.core, self.host, self._ports["rest"],
-                                        o["max_request_bytes"], o["rest_api_timeout_in_ms"],
-                                        o["cors"])
+                self._rest = RestServer(
+                    self.core, self.host, self._ports["rest"], o["rest_api_timeout_in_ms"],
+                    o["cors"], workers=o["rest_api_num_threads"],
+                    max_queued=o["max_queued_requests"],
+                    max_connections=o["rest_api_max_connections"],
+                    metrics_path=o["metrics_path"], access_log=o["access_log"])
                 self._rest.start()
         except BaseException:
             self.stop()

@@ -20,6 +20,9 @@ import math
 import numpy as np
 
 from glomo_tf.serving.errors import ServingError, invalid
+from glomo_tf.serving.limits import RequestLimits
+
+DEFAULT_LIMITS = RequestLimits()
 
 # TF DataType names (as the metadata JSON spells them) -> NumPy dtype. bfloat16 has no NumPy
 # dtype: it is carried as float32 on the NumPy side, and TensorFlow casts it at the model.
@@ -76,7 +79,7 @@ def decode_b64(value):
         raise invalid(f"Unable to base64 decode {_show(value)}") from None
 
 
-def _leaf_converter(dtype_name):
+def _leaf_converter(dtype_name, limits=DEFAULT_LIMITS):
     """A function checking one JSON leaf against ``dtype_name`` and returning its Python value."""
     def type_error(value):
         return invalid(f"JSON Value: {_show(value)} Type: {json_type(value)} is not of expected "
@@ -114,29 +117,21 @@ def _leaf_converter(dtype_name):
     if dtype_name == "DT_STRING":
         def convert(value):
             if isinstance(value, str):
+                if len(value) * 4 > limits.max_text_bytes:  # a UTF-8 character takes 1-4 bytes
+                    limits.check_text(len(value.encode("utf-8")))
                 return value.encode("utf-8")
             if isinstance(value, dict):
                 if not is_b64_object(value):
                     raise invalid(f"JSON Value: {_show(value)} not formatted correctly for base64 "
                                   "data")
-                return decode_b64(value)
+                decoded = decode_b64(value)
+                limits.check_text(len(decoded))
+                return decoded
             raise type_error(value)
         return convert
     raise ServingError("UNIMPLEMENTED",
                        f"Conversion of JSON values to type {short_type(dtype_name)} is not "
                        "supported")
-
-
-# Most dimensions a request tensor may have (NumPy's own limit is 64; TensorFlow ops rarely take
-# more than 8): deeper nesting is a client error, answered before any array is built.
-MAX_RANK = 32
-
-
-def check_rank(rank, what="the value"):
-    """INVALID_ARGUMENT when ``rank`` exceeds :data:`MAX_RANK`."""
-    if rank > MAX_RANK:
-        raise invalid(f"{what} has {rank} dimensions (lists nested {rank} deep); at most "
-                      f"{MAX_RANK} are accepted")
 
 
 def dense_shape(value):
@@ -150,17 +145,23 @@ def dense_shape(value):
     return tuple(shape)
 
 
-def json_to_array(value, dtype_name):
+def json_to_array(value, dtype_name, limits=DEFAULT_LIMITS, elements_before=0):
     """Decode one JSON tensor value of type ``dtype_name`` (``"DT_FLOAT"``...) into an array.
+
+    ``limits`` (a :class:`~glomo_tf.serving.limits.RequestLimits`) is checked before anything is
+    converted: the rank, and the elements of this value plus ``elements_before`` (those the
+    request's other values already hold); the bytes of each string as it is converted.
 
     Raises:
         ServingError: INVALID_ARGUMENT for a ragged list, a leaf at the wrong depth or of the wrong
-            type, bad base64; UNIMPLEMENTED for types JSON cannot carry (complex, variant...).
+            type, bad base64, too many dimensions; RESOURCE_EXHAUSTED for too many elements or
+            too long a string; UNIMPLEMENTED for types JSON cannot carry (complex, variant...).
     """
-    convert = _leaf_converter(dtype_name)
+    convert = _leaf_converter(dtype_name, limits)
     shape = dense_shape(value)
     rank = len(shape)
-    check_rank(rank)
+    limits.check_rank(rank)
+    limits.check_elements(elements_before + math.prod(shape))
     flat = []
 
     def fill(item, level):

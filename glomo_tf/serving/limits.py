@@ -1,0 +1,136 @@
+"""What one request may ask of the server, and how many requests it serves at once.
+
+:class:`RequestLimits` is checked on the request as it arrives, before any array is built: the
+body's bytes (REST) or message's bytes (gRPC), the dimensions of a tensor, the elements of a
+request, and the bytes of one string. A request over a limit is a client error: REST answers
+413 with TF Serving's ``{"error": ...}`` body (400 for too many dimensions), gRPC
+RESOURCE_EXHAUSTED (INVALID_ARGUMENT for dimensions).
+
+:class:`Admission` bounds the work in flight: at most ``workers`` requests are read and decoded
+at once (the part whose memory a client controls), at most ``max_queued`` more wait for a turn,
+and any further request is refused with UNAVAILABLE (HTTP 503) at once, as TF Serving's batching
+queue refuses a task when it is full. Memory then grows with ``workers``, not with the number of
+clients. A decoded request runs without holding a turn, so that the batcher (which bounds its
+own queue) can merge more requests than there are workers.
+"""
+
+import contextlib
+import dataclasses
+import threading
+import time
+
+from glomo_tf.serving.errors import ServingError, invalid
+
+# Flags of ``glomo serve`` -> RequestLimits fields (the error messages name the flag).
+LIMIT_FLAGS = {"max_request_bytes": "--max_request_bytes",
+               "max_request_elements": "--max_request_elements",
+               "max_request_rank": "--max_request_rank",
+               "max_text_bytes": "--max_text_bytes"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestLimits:
+    """Per-request limits; the defaults suit a 2-core machine with a few GiB for the server.
+
+    Args:
+        max_request_bytes: largest REST body / gRPC message.
+        max_request_elements: most tensor elements in one request, over all its inputs (a
+            JSON number takes about 30 bytes once parsed, an array element 1-8).
+        max_request_rank: most dimensions of one tensor (how deep JSON lists may nest).
+        max_text_bytes: largest string element (UTF-8 bytes), e.g. one text to tokenise.
+    """
+
+    max_request_bytes: int = 64 << 20
+    max_request_elements: int = 1 << 22
+    max_request_rank: int = 32
+    max_text_bytes: int = 1 << 20
+
+    def __post_init__(self):
+        for field, flag in LIMIT_FLAGS.items():
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+        if self.max_request_rank > 64:
+            raise ValueError(f"--max_request_rank must be at most 64 (NumPy's limit), got "
+                             f"{self.max_request_rank}")
+
+    def check_rank(self, rank, what="the value"):
+        """INVALID_ARGUMENT when a tensor has more than ``max_request_rank`` dimensions."""
+        if rank > self.max_request_rank:
+            raise invalid(f"{what} has {rank} dimensions (lists nested {rank} deep); at most "
+                          f"{self.max_request_rank} are accepted (--max_request_rank)")
+
+    def check_elements(self, elements, what="the request"):
+        """RESOURCE_EXHAUSTED (HTTP 413) when ``elements`` exceeds ``max_request_elements``."""
+        if elements > self.max_request_elements:
+            raise too_large(f"{what} holds {elements} elements, more than the "
+                            f"{self.max_request_elements} this server accepts per request "
+                            "(--max_request_elements)")
+
+    def check_text(self, size, what="a string"):
+        """RESOURCE_EXHAUSTED (HTTP 413) when a string element is over ``max_text_bytes``."""
+        if size > self.max_text_bytes:
+            raise too_large(f"{what} of {size} bytes exceeds the limit of "
+                            f"{self.max_text_bytes} bytes per string (--max_text_bytes)")
+
+
+def too_large(message):
+    return ServingError("RESOURCE_EXHAUSTED", message, http_status=413)
+
+
+class Admission:
+    """At most ``workers`` requests at once, at most ``max_queued`` waiting; the rest refused.
+
+    Args:
+        workers: requests served at once.
+        max_queued: requests that may wait for a turn; one more is refused with UNAVAILABLE.
+        name: how errors name this front end (``"REST"``, ``"gRPC"``).
+        flag: the flag that sets ``workers``, named in the refusal.
+    """
+
+    def __init__(self, workers, max_queued, name="", flag=""):
+        if workers < 1 or max_queued < 0:
+            raise ValueError("workers must be at least 1 and max_queued at least 0")
+        self.workers = workers
+        self.max_queued = max_queued
+        self.name = name
+        self.flag = flag
+        self._cv = threading.Condition()
+        self.running = 0
+        self.waiting = 0
+        self.refused = 0
+
+    @contextlib.contextmanager
+    def slot(self, timeout=None):
+        """Holds one of the ``workers`` turns for the ``with`` block.
+
+        Raises:
+            ServingError: UNAVAILABLE when every turn is taken and the queue is full;
+                DEADLINE_EXCEEDED when no turn came within ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            if self.running >= self.workers:
+                if self.waiting >= self.max_queued:
+                    self.refused += 1
+                    raise ServingError(
+                        "UNAVAILABLE", f"the server is busy: {self.running} {self.name} requests "
+                        f"running and {self.waiting} waiting (the most it queues); retry later, "
+                        f"or start it with a larger {self.flag or 'worker count'}")
+                self.waiting += 1
+                try:
+                    while self.running >= self.workers:
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            raise ServingError("DEADLINE_EXCEEDED", "the request waited "
+                                               f"{timeout:.3f} s for a turn and was not served")
+                        self._cv.wait(remaining)
+                finally:
+                    self.waiting -= 1
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self.running -= 1
+                self._cv.notify()
