@@ -34,7 +34,7 @@ def np_weights(layer):
         "A1": np.concatenate([w(layer.attention_memory.kernel),
                               w(layer.attention_query.kernel)], axis=0),
         "a1": w(layer.attention_memory.bias),
-        "a2": w(layer.attention_score.kernel)[:, 0], "a2b": w(layer.attention_score.bias)[0],
+        "a2": w(layer.attention_score.kernel)[:, 0], "a2b": 0.0,  # b2 cancels in Eq. 4.9
         # Eq. 4.12: W1^Cell acts on [M^^{i-1} ; M^i].
         "C1": np.concatenate([w(layer.cell_candidate.kernel), w(layer.cell_memory.kernel)],
                              axis=0),
@@ -302,3 +302,23 @@ def test_fit_in_a_functional_model(tmp_path):
     restored = keras.saving.load_model(path)
     np.testing.assert_allclose(restored.predict(ids[:16], verbose=0),
                                model.predict(ids[:16], verbose=0), rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_compile_with_xla():
+    layer = built_layer(seed=11, hidden_dropout=0.1, attention_dropout=0.1)
+    x, mask = make_inputs()
+
+    def loss_and_grads(v, training):
+        with tf.GradientTape() as tape:
+            out, p = layer(v, mask=mask, training=training)
+            loss = tf.reduce_sum(out ** 2) + tf.reduce_sum(p[:, :, 0])
+        return loss, tape.gradient(loss, layer.trainable_weights)
+
+    eager_loss, eager_grads = loss_and_grads(x, False)
+    jit_loss, jit_grads = tf.function(lambda v: loss_and_grads(v, False), jit_compile=True)(x)
+    np.testing.assert_allclose(jit_loss.numpy(), eager_loss.numpy(), rtol=1e-5)
+    for a, b in zip(jit_grads, eager_grads):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+    assert all(np.abs(g.numpy()).max() > 0 for g in eager_grads)
+    train_grads = tf.function(lambda v: loss_and_grads(v, True), jit_compile=True)(x)[1]
+    assert all(np.all(np.isfinite(g.numpy())) for g in train_grads)

@@ -154,7 +154,8 @@ class OrderedMemory(keras.layers.Layer):
         # Eq. 4.8: W1 = [W1_memory, W1_query], b1 with the memory half.
         self.attention_memory = dense("attention_memory", D, D)
         self.attention_query = dense("attention_query", D, D, use_bias=False)
-        self.attention_score = dense("attention_score", 1, D)  # w2, b2
+        # w2 (Eq. 4.9 subtracts the maximum, which cancels b2: no bias).
+        self.attention_score = dense("attention_score", 1, D, use_bias=False)
         # Eq. 4.12: W1 = [W1_candidate, W1_memory] (b1 with the candidate half), W2, b2.
         self.cell_candidate = dense("cell_candidate", 4 * D, D)
         self.cell_memory = dense("cell_memory", 4 * D, D, use_bias=False)
@@ -270,7 +271,8 @@ class OrderedMemory(keras.layers.Layer):
             return t + 1, memory, candidates, cum_prob, outputs_ta, probs_ta
 
         _, _, candidates, _, outputs_ta, probs_ta = tf.while_loop(
-            lambda t, *_: t < steps, body, (tf.constant(0), *state, outputs_ta, probs_ta))
+            lambda t, *_: t < steps, body, (tf.constant(0), *state, outputs_ta, probs_ta),
+            maximum_iterations=steps)  # XLA needs it to differentiate the loop
         if self.return_sequences:
             outputs = tf.transpose(outputs_ta.stack(), [1, 0, 2])
             outputs = tf.reshape(outputs, (batch, steps, D))
