@@ -39,6 +39,12 @@ class TransferConfig:
     ``model`` and ``tokenizer`` are a pretrained graph predictor's ``.keras`` file and its
     tokenizer directory; without them only ``baseline``, ``uniform``, ``cn3`` and
     ``shared_private`` can run (the tokenizer is then built from each split's training texts).
+
+    ``graph_cache`` (default True): the GLoMo variants (frozen predictor) read the predictor's
+    graphs computed once per sentence (:mod:`glomo_tf.data.graph_cache`) instead of running it
+    on every batch of every epoch; same results up to float round-off. ``top_k``: None (dense
+    graphs) or the sources kept per receiving unit (:func:`glomo_tf.ops.top_k_sources`), in the
+    cache and in the GLoMo layers alike.
     """
 
     dataset: str
@@ -64,6 +70,8 @@ class TransferConfig:
     patience: int = 2
     batch_size: int = 50
     learning_rate: float = 1e-3
+    graph_cache: bool = True
+    top_k: Optional[int] = None
     verbose: int = 1
 
     def validated(self):
@@ -95,6 +103,9 @@ class TransferConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1.")
         if c.patience < 0 or not 0.0 <= c.dropout < 1.0 or c.learning_rate <= 0:
             raise ValueError("--patience must be >= 0, --dropout in [0, 1), --learning-rate > 0.")
+        if c.top_k is not None and c.top_k < 1:
+            raise ValueError(f"--top-k must be >= 1 (or left out for dense graphs), got "
+                             f"{c.top_k}.")
         if not 0.0 <= c.transfer_dropout < 1.0:
             raise ValueError(f"--transfer-dropout must be in [0, 1), got {c.transfer_dropout}.")
         needing = [v for v in c.variants if v in hparams.PREDICTOR_VARIANTS]
@@ -158,16 +169,26 @@ def splits(num_examples, split, folds, seed):
 
 # ---------------------------------------------------------------------------------- training
 def train_and_evaluate(model, train, validation, test, *, learning_rate=1e-3, patience=2,
-                       epochs=10, batch_size=50, verbose=1, seed=0):
+                       epochs=10, batch_size=50, verbose=1, seed=0, graphs=None):
     """Compiles and fits ``model`` on ``(ids, labels)`` pairs; returns the test accuracy (the
     fraction of exact argmax hits, so equal counts give equal accuracies) and the epochs run.
 
     Adam at ``learning_rate``, early stopping on validation accuracy after ``patience`` epochs
     without improvement (best weights restored), at most ``epochs``. Training batches are
     length-bucketed and validation/test batches length-sorted, each cut to its longest text (see
-    :func:`glomo_tf.data.batching.bucketed_training_batches`)."""
+    :func:`glomo_tf.data.batching.bucketed_training_batches`).
+
+    ``graphs``: None (the model runs its GLoMo layers' predictor on every batch), or a dict
+    ``{"cache": GraphCache of the training ids, "predictor": ..., "top_k": ...}``: the model is
+    then trained and evaluated through a :class:`~glomo_tf.data.graph_cache.GraphFedModel`,
+    reading the cached training graphs and the validation and test graphs computed once."""
     import keras
 
+    if graphs is not None:
+        return _train_and_evaluate_cached(model, train, validation, test, graphs,
+                                          learning_rate=learning_rate, patience=patience,
+                                          epochs=epochs, batch_size=batch_size, verbose=verbose,
+                                          seed=seed)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
@@ -183,6 +204,36 @@ def train_and_evaluate(model, train, validation, test, *, learning_rate=1e-3, pa
                                              inference_batch)
     probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
     probabilities[order] = model.predict(test_data, verbose=0)
+    accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
+    return accuracy, len(history.history["loss"])
+
+
+def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learning_rate,
+                               patience, epochs, batch_size, verbose, seed):
+    """:func:`train_and_evaluate` with the GLoMo layers fed cached graphs (same batches, same
+    early stopping, same evaluation)."""
+    import keras
+
+    from glomo_tf.data import graph_cache
+
+    fed = graph_cache.GraphFedModel(model)
+    fed.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
+                                         patience=patience, restore_best_weights=True)
+    inference_batch = 2 * batch_size
+    predictor, top_k = graphs["predictor"], graphs["top_k"]
+    validation_data = graph_cache.with_graphs(
+        length_sorted_batches(*validation, inference_batch)[0], predictor, top_k)
+    history = fed.fit(graph_cache.cached_training_batches(*train, batch_size, seed,
+                                                          graphs["cache"]),
+                      validation_data=validation_data, epochs=epochs, shuffle=False,
+                      callbacks=[stop], verbose=verbose)
+    test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
+                                             inference_batch)
+    test_data = graph_cache.with_graphs(test_data, predictor, top_k, cache=None)
+    probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
+    probabilities[order] = fed.predict(test_data, verbose=0)
     accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
     return accuracy, len(history.history["loss"])
 
@@ -244,6 +295,16 @@ def run_transfer(config, record=None):
             raise ValueError(str(error).replace("\n", " ")) from None
         check_vocabulary_matches(tokenizer.vocabulary, predictor)
     fixed_ids = encode(tokenizer, texts, config.max_length) if tokenizer else None
+    cache = None
+    if (predictor is not None and config.graph_cache
+            and any(v in hparams.PREDICTOR_VARIANTS for v in config.variants)):
+        from glomo_tf.data.graph_cache import compute_graphs
+
+        start = time.perf_counter()
+        cache = compute_graphs(predictor, fixed_ids, config.top_k)
+        print(f"Graph cache: {len(cache)} sentences, {cache.nbytes / 2 ** 20:.1f} MiB "
+              f"({'dense' if cache.k is None else f'top-{cache.k}'}, exact: {cache.exact}), "
+              f"{time.perf_counter() - start:.1f}s")
     split_description = describe_split(config, official)
     print(f"{config.dataset}: {len(texts)} examples, classes {class_names}; variants "
           f"{' '.join(config.variants)}; seeds {' '.join(map(str, config.seeds))}; "
@@ -282,10 +343,16 @@ def run_transfer(config, record=None):
                     embedding_dim=config.embedding_dim, rnn_units=config.rnn_units,
                     attention_heads=config.attention_heads, dropout=config.dropout,
                     num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout)
+                if variant in hparams.PREDICTOR_VARIANTS and config.top_k is not None:
+                    _set_top_k(model, config.top_k)
+                graphs = None
+                if cache is not None and variant in hparams.PREDICTOR_VARIANTS:
+                    graphs = {"cache": cache.subset(train), "predictor": predictor,
+                              "top_k": config.top_k}
                 start = time.perf_counter()
                 accuracy, epochs_run = train_and_evaluate(
                     model, (ids[train], labels[train]), validation_data, test_data, seed=seed,
-                    **training)
+                    graphs=graphs, **training)
                 seconds = time.perf_counter() - start
                 print(f"   test accuracy {100 * accuracy:.2f} after {epochs_run} epoch(s), "
                       f"{seconds:.1f}s")
@@ -298,6 +365,16 @@ def run_transfer(config, record=None):
                                          split_description)
                 del model
     return markdown
+
+
+def _set_top_k(model, top_k):
+    """Makes every GlomoTransfer layer of ``model`` keep its graphs' ``top_k`` heaviest sources
+    per receiving unit (the layers' ``top_k`` argument)."""
+    from glomo_tf.layers.glomo_transfer import GlomoTransfer
+
+    for layer in model.layers:
+        if isinstance(layer, GlomoTransfer) and layer.graph_mode == "learned":
+            layer.top_k = int(top_k)
 
 
 def _encoded(split, tokenizer, max_length):

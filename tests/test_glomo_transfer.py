@@ -264,6 +264,111 @@ def test_uniform_graph_mode(rng):
     np.testing.assert_allclose(model(IDS).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
+def numpy_top_k(graphs, k):
+    """``(indices, weights, kept)``: each row's ``k`` largest weights (ties to the lower
+    position; empty slots (0, 0)) and the dense graphs holding only those."""
+    shape = graphs.shape[:-1] + (k,)
+    indices, weights = np.zeros(shape, "int32"), np.zeros(shape, "float32")
+    kept = np.zeros_like(graphs)
+    for idx in np.ndindex(graphs.shape[:-1]):
+        row = graphs[idx]
+        for slot, s in enumerate(sorted(range(len(row)), key=lambda s: (-row[s], s))[:k]):
+            if row[s] > 0:
+                indices[idx + (slot,)], weights[idx + (slot,)] = s, row[s]
+                kept[idx + (s,)] = row[s]
+    return indices, weights, kept
+
+
+@pytest.mark.parametrize("top_k", [2, T])
+def test_top_k_layer_matches_numpy_on_the_kept_sources(rng, top_k):
+    """top_k keeps each row's heaviest sources of the predictor's graphs: the NumPy transfer of
+    the truncated graphs (of the graphs themselves when top_k covers the row)."""
+    predictor = make_predictor()
+    model, embedding, transfer = functional_model(predictor, 6, num_mixtures=2, top_k=top_k)
+    randomize_transfer(transfer, rng)
+    graphs = predictor_graphs(predictor)
+    _, _, kept = numpy_top_k(graphs, top_k)
+    if top_k == T:
+        np.testing.assert_array_equal(kept, graphs)
+    else:
+        assert not np.allclose(kept, graphs)
+    got = model(IDS)[0].numpy()
+    expected = numpy_transfer(embedding.get_weights()[0][IDS], kept, IDS != 0, transfer)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert transfer.get_config()["top_k"] == top_k
+
+
+def test_top_k_graphs_input_form(rng):
+    """[features, indices, weights]: precomputed graphs in the compact form."""
+    padding = IDS != 0
+    graphs = random_graphs(rng, padding)
+    indices, weights, kept = numpy_top_k(graphs, 3)
+    ids = keras.Input((T,), dtype="int32")
+    indices_in = keras.Input((2, L, K, T, 3), dtype="int32")
+    weights_in = keras.Input((2, L, K, T, 3))
+    embedding = keras.layers.Embedding(V, 5, mask_zero=True)
+    transfer = GlomoTransfer(num_mixtures=2)
+    out = transfer([embedding(ids), indices_in, weights_in])
+    model = keras.Model([ids, indices_in, weights_in], [out, MaskProbe()(out)])
+    randomize_transfer(transfer, rng)
+    got, mask = (t.numpy() for t in model([IDS, indices, weights]))
+    expected = numpy_transfer(embedding.get_weights()[0][IDS], kept, padding, transfer)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(mask, padding.astype("float32"))
+
+
+@pytest.mark.parametrize("form", ["dense", "top_k"])
+def test_fed_graphs_give_the_online_outputs_and_gradients(rng, form):
+    """Inside ``feeding``, the layer reads the given graphs (computed beforehand, here by a
+    separate predictor call) instead of running the predictor: the NumPy transfer of those graphs,
+    and the online call's gradients for every trainable weight."""
+    predictor = make_predictor()
+    model, embedding, transfer = functional_model(predictor, 6, num_mixtures=2)
+    randomize_transfer(transfer, rng)
+    graphs = predictor_graphs(predictor)
+    indices, weights, kept = numpy_top_k(graphs, T)
+    fed = graphs if form == "dense" else (indices, weights)
+    target = tf.constant(rng.normal(size=(3, T, 12)), "float32")
+
+    def loss_and_grads(feed):
+        with tf.GradientTape() as tape:
+            if feed is None:
+                loss = _objective(model, IDS, target)
+            else:
+                with transfer.feeding(feed):
+                    loss = _objective(model, IDS, target)
+        return loss, tape.gradient(loss, model.trainable_weights)
+
+    calls = []
+    original = predictor.call
+    predictor.call = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        fed_loss, fed_grads = loss_and_grads(fed)
+        assert not calls  # the predictor did not run
+        online_loss, online_grads = loss_and_grads(None)
+        assert calls
+    finally:
+        del predictor.call
+    expected = numpy_transfer(embedding.get_weights()[0][IDS], kept, IDS != 0, transfer)
+    with transfer.feeding(fed):
+        np.testing.assert_allclose(model(IDS)[0].numpy(), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fed_loss.numpy(), online_loss.numpy(), rtol=1e-5)
+    assert len(fed_grads) == len(model.trainable_weights) > 3
+    for a, b in zip(fed_grads, online_grads):
+        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
+                                   tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-5)
+    assert transfer._fed_graphs is None  # the block restored the online path
+
+
+def test_feeding_is_refused_for_fine_tuned_and_uniform_layers():
+    with pytest.raises(ValueError, match="fine_tune=True"):
+        with GlomoTransfer(make_predictor(), fine_tune=True).feeding(None):
+            pass
+    with pytest.raises(ValueError, match="only learned graphs"):
+        with GlomoTransfer(graph_mode="uniform").feeding(None):
+            pass
+
+
 # ---------------------------------------------------------------------- gradients
 def _objective(model, ids, weights):
     out = model(ids, training=True)[0]
@@ -329,7 +434,8 @@ def garbage_features_at_padding(args, kwargs):
     return ([features, second],), kwargs
 
 
-@pytest.mark.parametrize("mode", ["predictor", "uniform", "precomputed_graphs"])
+@pytest.mark.parametrize("mode", ["predictor", "predictor_top_k", "uniform",
+                                  "precomputed_graphs"])
 def test_layer_harness(mode, tmp_path, rng):
     """Config and .keras round trips (a frozen predictor and its batch-norm statistics inside),
     mixed_bfloat16, padding and XLA; graphs from a predictor, uniform, or passed in."""
@@ -338,6 +444,10 @@ def test_layer_harness(mode, tmp_path, rng):
     if mode == "predictor":
         init_kwargs = lambda: dict(graph_predictor=make_predictor(), num_mixtures=2,  # noqa: E731
                                    units=4)
+        call_args, input_shapes = ([features, IDS],), [(None, 6), (None,)]
+    elif mode == "predictor_top_k":
+        init_kwargs = lambda: dict(graph_predictor=make_predictor(), num_mixtures=2,  # noqa: E731
+                                   top_k=3)
         call_args, input_shapes = ([features, IDS],), [(None, 6), (None,)]
     elif mode == "uniform":
         init_kwargs = dict(graph_mode="uniform", num_mixtures=2)
@@ -396,8 +506,12 @@ def test_clear_errors_for_wrong_inputs():
         GlomoTransfer(make_predictor())([h, np.zeros((3, T, 4), "float32")])
     with pytest.raises(ValueError, match="needs a graph_predictor"):
         GlomoTransfer()(IDS)
-    with pytest.raises(ValueError, match="list of 3"):
+    with pytest.raises(ValueError, match=r"\[features, indices, weights\] form takes top-k"):
         GlomoTransfer(make_predictor())([h, IDS, IDS])
+    with pytest.raises(ValueError, match="list of 4"):
+        GlomoTransfer(make_predictor())([h, IDS, IDS, IDS])
+    with pytest.raises(ValueError, match="top_k must be None"):
+        GlomoTransfer(make_predictor(), top_k=0)
     with pytest.raises(ValueError, match="token ids"):
         GlomoTransfer(make_predictor())(h)
     with pytest.raises(ValueError, match="graph_predictor or graphs"):

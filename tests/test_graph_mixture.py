@@ -338,3 +338,74 @@ def test_propagation_is_validated():
     """(Its serialization: test_layer_harness[free_singles_explicit].)"""
     with pytest.raises(ValueError, match="propagation must be one of"):
         GraphMixture(propagation="fast")
+
+
+# ---------------------------------------------------------------------- top-k (sparse) form
+def numpy_top_k(graphs, k):
+    """``(indices, weights, kept)``: each row's ``k`` largest weights (ties to the lower
+    position; empty slots (0, 0)) and the dense graphs holding only those."""
+    shape = graphs.shape[:-1] + (k,)
+    indices, weights = np.zeros(shape, "int32"), np.zeros(shape, "float32")
+    kept = np.zeros_like(graphs)
+    for idx in np.ndindex(graphs.shape[:-1]):
+        row = graphs[idx]
+        for slot, s in enumerate(sorted(range(len(row)), key=lambda s: (-row[s], s))[:k]):
+            if row[s] > 0:
+                indices[idx + (slot,)], weights[idx + (slot,)] = s, row[s]
+                kept[idx + (s,)] = row[s]
+    return indices, weights, kept
+
+
+@pytest.mark.parametrize("k", [2, T])
+@pytest.mark.parametrize("include_products,conditioned", [(True, True), (False, False)])
+def test_top_k_form_matches_numpy_on_the_kept_sources(rng, k, include_products, conditioned):
+    """The (indices, weights) form gives the NumPy mixture of the graphs it holds: the dense
+    graphs themselves when k covers every row (k = T), each row's k heaviest sources otherwise."""
+    features = rng.normal(size=(B, T, D)).astype("float32")
+    padding = np.ones((B, T), bool)
+    padding[1, -2:] = False
+    graphs = random_graphs(rng, padding)
+    indices, weights, kept = numpy_top_k(graphs, k)
+    if k == T:
+        np.testing.assert_array_equal(kept, graphs)
+    else:
+        assert not np.allclose(kept, graphs)  # truncation changed something
+    mix = GraphMixture(num_mixtures=2, conditioned=conditioned,
+                       include_products=include_products)
+    mix.build(features.shape, (indices.shape, weights.shape))
+    values = randomize(mix, rng)
+    kernel = values.get("weight_kernel")
+    out = mix(features, (indices, weights)).numpy()
+    expected = numpy_mixture(features, kept, values["weight_logits"], kernel, values["scale"],
+                             include_products)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    explicit = mix.explicit_mixed_graphs(features, (indices, weights)).numpy()
+    np.testing.assert_allclose(
+        explicit, numpy_mixed_graphs(features, kept, values["weight_logits"], kernel,
+                                     values["scale"], include_products), rtol=1e-4, atol=1e-6)
+
+
+def test_top_k_form_gradients_match_the_dense_form(rng):
+    features = tf.constant(rng.normal(size=(B, T, D)).astype("float32"))
+    graphs = random_graphs(rng)
+    indices, weights, _ = numpy_top_k(graphs, T)
+    mix = GraphMixture(num_mixtures=2)
+    mix.build(features.shape, graphs.shape)
+    randomize(mix, rng)
+    target = tf.constant(rng.normal(size=(B, T, 2, 2, D)).astype("float32"))
+    grads = []
+    for form in (graphs, (indices, weights)):
+        with tf.GradientTape() as tape:
+            tape.watch(features)
+            loss = tf.reduce_sum(mix(features, form) * target)
+        grads.append(tape.gradient(loss, [features] + [v.value for v in mix.weights]))
+    for dense, sparse in zip(*grads):
+        np.testing.assert_allclose(sparse.numpy(), dense.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_top_k_form_errors():
+    mix = GraphMixture()
+    features = np.zeros((1, 3, 2), "float32")
+    mix.build(features.shape, (1, 2, 1, 1, 3, 2))
+    with pytest.raises(ValueError, match="Top-k graphs must be"):
+        mix(features, (np.zeros((1, 3, 2), "int32"), np.zeros((1, 3, 2), "float32")))

@@ -216,3 +216,91 @@ def test_propagate_casts_features_to_graph_dtype():
     single, chained = ops.propagate(graphs, features)
     assert single.dtype == tf.float32
     np.testing.assert_allclose(chained.numpy()[0, 1, 0, 0], features.numpy()[0])
+
+
+# ---------------------------------------------------------------------------- top-k (sparse)
+def np_top_k(graphs, k):
+    """Per row: the ``k`` largest weights, largest first, ties to the lower position (a stable
+    sort of the negated row); slots past the row's length or without weight hold (0, 0)."""
+    shape = graphs.shape[:-1] + (k,)
+    indices, weights = np.zeros(shape, np.int64), np.zeros(shape, np.float32)
+    for idx in np.ndindex(graphs.shape[:-1]):
+        row = graphs[idx]
+        order = sorted(range(len(row)), key=lambda s: (-row[s], s))[:k]
+        for slot, s in enumerate(order):
+            if row[s] != 0:
+                indices[idx + (slot,)], weights[idx + (slot,)] = s, row[s]
+    return indices, weights
+
+
+def np_truncate(graphs, k):
+    """The dense graphs keeping each row's ``k`` largest weights (loops over rows)."""
+    out = np.zeros_like(graphs)
+    indices, weights = np_top_k(graphs, k)
+    for idx in np.ndindex(graphs.shape[:-1]):
+        for slot in range(k):
+            out[idx + (indices[idx + (slot,)],)] += weights[idx + (slot,)]
+    return out
+
+
+def sparse_graphs(rng, shape, keep=0.4):
+    """Random non-negative graphs with about ``keep`` of the entries non-zero, and some ties."""
+    g = rng.uniform(size=shape).astype(np.float32)
+    g = np.where(rng.random(shape) < keep, g, 0.0).astype(np.float32)
+    g[..., 0, :2] = 0.25  # a tie at the first two sources of the first row
+    return g
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_top_k_sources_matches_numpy(rng, k):
+    graphs = sparse_graphs(rng, (2, 2, 2, 3, 5, 5))
+    indices, weights = ops.top_k_sources(tf.constant(graphs), k)
+    assert indices.dtype == tf.int32 and indices.shape == weights.shape == (2, 2, 2, 3, 5, k)
+    expected_indices, expected_weights = np_top_k(graphs, k)
+    np.testing.assert_array_equal(weights.numpy(), expected_weights)
+    np.testing.assert_array_equal(indices.numpy(), expected_indices)
+    dense = ops.densify_top_k(indices, weights).numpy()
+    np.testing.assert_allclose(dense, np_truncate(graphs, k), rtol=1e-6)
+    if k >= 5:  # every row fits: the compact form is exact
+        np.testing.assert_array_equal(dense, graphs)
+
+
+def test_top_k_sources_rejects_k_below_one():
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        ops.top_k_sources(tf.zeros((1, 3, 3)), 0)
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_propagate_top_k_matches_numpy_chains_on_the_kept_sources(rng, k):
+    B, L, K, T, d = 2, 3, 2, 5, 4
+    graphs = sparse_graphs(rng, (B, 2, L, K, T, T), keep=0.6)
+    features = rng.normal(size=(B, T, d)).astype(np.float32)
+    indices, weights = ops.top_k_sources(tf.constant(graphs), k)
+    single, chained = (x.numpy() for x in ops.propagate_top_k(indices, weights, features))
+    assert single.shape == chained.shape == (B, 2, L, K, T, d)
+    kept = np_truncate(graphs, k).astype(np.float64)  # == graphs when k >= T
+    if k >= T:
+        np.testing.assert_array_equal(kept, graphs)
+    for b, z, kk in np.ndindex(B, 2, K):
+        lam = np.eye(T)
+        for layer in range(L):
+            gl = kept[b, z, layer, kk]
+            np.testing.assert_allclose(single[b, z, layer, kk], gl @ features[b], rtol=1e-5,
+                                       atol=1e-6)
+            lam = gl @ lam
+            np.testing.assert_allclose(chained[b, z, layer, kk], lam @ features[b], rtol=1e-4,
+                                       atol=1e-6)
+
+
+def test_propagate_top_k_under_xla_with_run_time_shapes(rng):
+    graphs = sparse_graphs(rng, (2, 2, 2, 2, 6, 6))
+    features = rng.normal(size=(2, 6, 3)).astype(np.float32)
+    run = tf.function(lambda g, h: ops.propagate_top_k(*ops.top_k_sources(g, 3), h)[1],
+                      jit_compile=True,
+                      input_signature=[tf.TensorSpec([None, 2, 2, 2, None, None]),
+                                       tf.TensorSpec([None, None, 3])])
+    expected = np.einsum("bzkts,bzksd->bzktd", np_truncate(graphs, 3)[:, :, 1],
+                         np.einsum("bzkts,bsd->bzktd", np_truncate(graphs, 3)[:, :, 0],
+                                   features))
+    np.testing.assert_allclose(run(graphs, features).numpy()[:, :, 1], expected, rtol=1e-4,
+                               atol=1e-6)

@@ -34,6 +34,7 @@ Examples::
         --label-column stars --output-dir runs/wiki/reviews
 """
 
+import argparse
 import dataclasses
 import os
 
@@ -100,6 +101,17 @@ def register(subparsers):
                        help="examples per training step")
     model.add_argument("--learning-rate", type=float, default=D.learning_rate,
                        help="Adam learning rate")
+    speed = parser.add_argument_group("speed")
+    speed.add_argument("--graph-cache", action=argparse.BooleanOptionalAction,
+                       default=D.graph_cache,
+                       help="GLoMo variants: compute the frozen predictor's graphs once per "
+                            "sentence and reuse them every epoch instead of running the "
+                            "predictor on every batch (same results up to float round-off; "
+                            "default on; --no-graph-cache runs it online)")
+    speed.add_argument("--top-k", type=int, default=D.top_k, metavar="K",
+                       help="GLoMo variants: keep the K heaviest sources of every receiving unit "
+                            "and mix the graphs in that sparse form (gather + weighted sum); "
+                            "exact when K covers every row's sources (default: dense graphs)")
     parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
     add_verbose_argument(parser)
     parser.set_defaults(func=run)

@@ -1,7 +1,11 @@
 """``GlomoTransfer``: pretrained latent graphs fused into any feature sequence."""
 
+import contextlib
+
 import keras
 import tensorflow as tf
+
+from glomo_tf import ops
 
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
@@ -35,15 +39,28 @@ class GlomoTransfer(keras.layers.Layer):
         dropout: float, dropout on the fused input ``[H ; MH ...]``.
         propagation: how ``M H`` is computed, ``"auto"`` (default), ``"chained"`` or
             ``"explicit"`` (see :class:`GraphMixture`; same result, different cost).
+        top_k: None (default: the dense graphs) or int: keep the ``top_k`` heaviest sources of
+            every receiving unit (:func:`glomo_tf.ops.top_k_sources`) and apply the mixture on
+            that compact form by gather and weighted sum, ``O(T k d)`` per candidate instead of
+            ``O(T^2 d)``. Exact when ``top_k`` is at least every row's number of sources.
 
     Call arguments:
         inputs: one of
             * ``[features, token_ids]``: ``H`` ``[batch, T, d]`` and int ids ``[batch, T]``;
             * ``[features, graphs]``: ``H`` and precomputed graphs ``[batch, 2, L, K, T, T]``;
+            * ``[features, indices, weights]``: ``H`` and precomputed graphs in the compact top-k
+              form, both ``[batch, 2, L, K, T, k]`` (what :mod:`glomo_tf.data.graph_cache`
+              computes once per sentence for a frozen predictor);
             * ``token_ids`` alone: ``H`` is then the predictor's own (frozen) embeddings, which makes
               the layer usable first in a ``keras.Sequential`` model.
         training: bool.
         mask: optional padding mask of ``H``; by default taken from ``token_ids != 0``.
+
+    Graphs computed once: a frozen predictor's graphs depend only on the token ids, so a
+    downstream ``fit`` need not recompute them every epoch. Inside ``with layer.feeding(graphs):``
+    a call on ``[features, token_ids]`` uses ``graphs`` (dense, or the top-k pair) instead of
+    running the predictor; :class:`glomo_tf.data.graph_cache.GraphFedModel` uses it to train a model
+    built on token ids from cached graphs (``fine_tune=True`` keeps the online path).
 
     Returns:
         ``[batch, T, d + units]``, masked like the tokens.
@@ -66,7 +83,7 @@ class GlomoTransfer(keras.layers.Layer):
 
     def __init__(self, graph_predictor=None, num_mixtures=1, conditioned=True,
                  include_products=True, graph_mode="learned", units=None, fine_tune=False,
-                 dropout=0.0, propagation="auto", **kwargs):
+                 dropout=0.0, propagation="auto", top_k=None, **kwargs):
         super().__init__(**kwargs)
         if graph_mode not in GRAPH_MODES:
             raise ValueError(f"graph_mode must be one of {GRAPH_MODES}, got {graph_mode!r}.")
@@ -88,6 +105,10 @@ class GlomoTransfer(keras.layers.Layer):
         self.units = units
         self.dropout = float(dropout)
         self.propagation = propagation
+        if top_k is not None and int(top_k) < 1:
+            raise ValueError(f"top_k must be None (dense graphs) or >= 1, got {top_k}.")
+        self.top_k = None if top_k is None else int(top_k)
+        object.__setattr__(self, "_fed_graphs", None)
         self.mixture = GraphMixture(num_mixtures, conditioned, include_products, graph_mode,
                                     propagation=propagation, dtype=self.dtype_policy,
                                     name="mixture")
@@ -98,9 +119,18 @@ class GlomoTransfer(keras.layers.Layer):
     def _split_inputs(self, inputs):
         """Returns ``(features, token_ids, graphs)``; exactly one of the last two may be None."""
         if isinstance(inputs, (list, tuple)):
+            if len(inputs) == 3:
+                features, indices, weights = inputs
+                if len(indices.shape) != 6 or len(weights.shape) != 6:
+                    raise ValueError(
+                        "GlomoTransfer's [features, indices, weights] form takes top-k graphs "
+                        "[batch, 2, L, K, T, k] (glomo_tf.ops.top_k_sources); got shapes "
+                        f"{tuple(indices.shape)} and {tuple(weights.shape)}.")
+                return features, None, (indices, weights)
             if len(inputs) != 2:
                 raise ValueError(
-                    "GlomoTransfer takes [features, token_ids], [features, graphs] or token_ids; "
+                    "GlomoTransfer takes [features, token_ids], [features, graphs], "
+                    "[features, indices, weights] or token_ids; "
                     f"got a list of {len(inputs)} tensors.")
             features, second = inputs
             rank = len(second.shape)
@@ -122,12 +152,20 @@ class GlomoTransfer(keras.layers.Layer):
 
     def build(self, input_shape):
         if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
-            if len(input_shape) != 2:
+            if len(input_shape) not in (2, 3):
                 raise ValueError(
-                    "GlomoTransfer takes [features, token_ids], [features, graphs] or token_ids; "
+                    "GlomoTransfer takes [features, token_ids], [features, graphs], "
+                    "[features, indices, weights] or token_ids; "
                     f"got a list of {len(input_shape)} tensors.")
-            features_shape, second_shape = input_shape
-            if len(second_shape) == 6:
+            features_shape, second_shape = input_shape[:2]
+            if len(input_shape) == 3:
+                if len(input_shape[1]) != 6 or len(input_shape[2]) != 6:
+                    raise ValueError(
+                        "GlomoTransfer's [features, indices, weights] form takes top-k graphs "
+                        "[batch, 2, L, K, T, k] (glomo_tf.ops.top_k_sources); got shapes "
+                        f"{tuple(input_shape[1])} and {tuple(input_shape[2])}.")
+                graphs_shape = (tuple(input_shape[1]), tuple(input_shape[2]))
+            elif len(second_shape) == 6:
                 graphs_shape = tuple(second_shape)
             else:
                 graphs_shape = self._predictor_graphs_shape(second_shape)
@@ -170,7 +208,9 @@ class GlomoTransfer(keras.layers.Layer):
             padding_mask = mask[0]
         if features is None:
             features = tf.stop_gradient(self.graph_predictor.embed(token_ids))
-        if self.graph_mode == "learned" and graphs is None:
+        if self.graph_mode == "learned" and graphs is None and self._fed_graphs is not None:
+            graphs = self._fed_graphs
+        elif self.graph_mode == "learned" and graphs is None:
             if self.graph_predictor is None:
                 raise ValueError("GlomoTransfer needs a graph_predictor to turn token ids into "
                                  "graphs, or graphs as its second input.")
@@ -178,6 +218,9 @@ class GlomoTransfer(keras.layers.Layer):
             graphs = self.graph_predictor(token_ids, training=predictor_training)["graphs"]
             if not self.fine_tune:
                 graphs = tf.stop_gradient(graphs)
+        if (self.top_k is not None and graphs is not None
+                and not isinstance(graphs, (list, tuple))):
+            graphs = ops.top_k_sources(graphs, self.top_k)
         features = tf.cast(features, self.compute_dtype)
         mixed = self.mixture(features, graphs, padding_mask)  # [B, T, 2, mixtures, d]
         shape = tf.shape(features)
@@ -188,6 +231,24 @@ class GlomoTransfer(keras.layers.Layer):
         if padding_mask is not None:
             output = output * tf.cast(padding_mask, output.dtype)[:, :, None]
         return output
+
+    @contextlib.contextmanager
+    def feeding(self, graphs):
+        """Within the block, calls on ``[features, token_ids]`` use ``graphs`` instead of the
+        predictor's: ``[batch, 2, L, K, T, T]`` or the top-k pair ``(indices, weights)``, computed
+        for the same token ids (by :mod:`glomo_tf.data.graph_cache`). Frozen predictors only."""
+        if self.fine_tune:
+            raise ValueError(
+                f"{self.name} fine-tunes its graph predictor (fine_tune=True), so its graphs "
+                "change every step and cannot be fed from a cache; use the online path.")
+        if self.graph_mode != "learned":
+            raise ValueError(f"{self.name} uses {self.graph_mode} graphs; only learned graphs "
+                             "can be fed.")
+        object.__setattr__(self, "_fed_graphs", graphs)
+        try:
+            yield self
+        finally:
+            object.__setattr__(self, "_fed_graphs", None)
 
     def compute_mask(self, inputs, mask=None):
         features, token_ids, _ = self._split_inputs(inputs)
@@ -219,5 +280,6 @@ class GlomoTransfer(keras.layers.Layer):
             "fine_tune": self.fine_tune,
             "dropout": self.dropout,
             "propagation": self.propagation,
+            "top_k": self.top_k,
         })
         return config

@@ -33,6 +33,13 @@ class GraphMixture(keras.layers.Layer):
       is several times faster (it applies one mixed graph to ``H`` instead of ``2 L K``
       candidates); from a few hundred units on (``T`` above about ``2 d``) the chained one is.
 
+    The graphs may also come in the compact top-k form ``(indices, weights)``, both
+    ``[batch, 2, L, K, T, k]`` (:func:`glomo_tf.ops.top_k_sources`: the ``k`` heaviest sources of
+    each receiving unit). The candidates are then applied by gather and weighted sum
+    (:func:`glomo_tf.ops.propagate_top_k`, ``O(T k d)`` per candidate, the chains still applied as
+    chains), whatever ``propagation`` says; the result equals the dense one on the graphs the form
+    holds (exactly the dense graphs when ``k`` covers every row's sources).
+
     Args:
         num_mixtures: int, mixtures per direction.
         conditioned: bool, mixture weights conditioned on the receiving features (True) or free.
@@ -43,7 +50,8 @@ class GraphMixture(keras.layers.Layer):
 
     Call arguments:
         features: ``H``, ``[batch, T, d]``.
-        graphs: ``[batch, 2, L, K, T, T]`` (ignored in uniform mode, may be None there).
+        graphs: ``[batch, 2, L, K, T, T]``, or the top-k form ``(indices, weights)``, both
+            ``[batch, 2, L, K, T, k]`` (ignored in uniform mode, may be None there).
         padding_mask: bool ``[batch, T]``; needed in uniform mode, optional otherwise.
 
     Returns:
@@ -90,6 +98,8 @@ class GraphMixture(keras.layers.Layer):
         if self.graph_mode == "learned":
             if graphs_shape is None:
                 raise ValueError("A learned GraphMixture needs the graphs' shape to build.")
+            if _is_top_k(graphs_shape):
+                graphs_shape = graphs_shape[0]
             self._candidates = self.num_candidates(graphs_shape[2], graphs_shape[3])
             if self.conditioned:
                 self.weight_kernel = self.add_weight(
@@ -122,8 +132,10 @@ class GraphMixture(keras.layers.Layer):
             return mixed * scale[None, None, :, :, None]
         if graphs is None:
             raise ValueError("A learned GraphMixture needs graphs [batch, 2, L, K, T, T].")
-        graphs = tf.cast(graphs, self.compute_dtype)
         weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
+        if _is_top_k(graphs):
+            return self._top_k(features, graphs, weights) * scale[None, None, :, :, None]
+        graphs = tf.cast(graphs, self.compute_dtype)
         if self.propagation == "auto":
             # A Python bool when T is known at trace time, a scalar tensor (tf.cond) otherwise.
             steps = graphs.shape[-1] or features.shape[1] or tf.shape(graphs)[-1]
@@ -151,6 +163,18 @@ class GraphMixture(keras.layers.Layer):
     def _chained(self, features, graphs, weights):
         """``M H`` from every candidate applied to ``H`` (``[B, T, 2, mixtures, d]``, unscaled)."""
         single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
+        candidates = [single, chained] if self.include_products else [single]
+        return self._mix_candidates(candidates, weights, "btzmx")
+
+    def _top_k(self, features, graphs, weights):
+        """``M H`` from the compact form ``(indices, weights)``: gather + weighted sum."""
+        indices, values = graphs
+        if len(indices.shape) != 6 or len(values.shape) != 6:
+            raise ValueError(
+                "Top-k graphs must be (indices, weights), both [batch, 2, L, K, T, k]; got "
+                f"shapes {tuple(indices.shape)} and {tuple(values.shape)}.")
+        values = tf.cast(values, self.compute_dtype)
+        single, chained = ops.propagate_top_k(tf.cast(indices, tf.int32), values, features)
         candidates = [single, chained] if self.include_products else [single]
         return self._mix_candidates(candidates, weights, "btzmx")
 
@@ -189,6 +213,9 @@ class GraphMixture(keras.layers.Layer):
                 padding_mask = tf.ones(tf.shape(features)[:2], tf.bool)
             uniform = ops.uniform_graphs(padding_mask)[:, :, None]
             return uniform * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
+        if _is_top_k(graphs):
+            graphs = ops.densify_top_k(graphs[0], tf.cast(graphs[1], tf.float32),
+                                       tf.shape(features)[1])
         graphs = tf.cast(graphs, tf.float32)
         mixed = self._mix_graphs(graphs, self.mixture_weights(features))
         return mixed * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
@@ -205,3 +232,9 @@ class GraphMixture(keras.layers.Layer):
                        "include_products": self.include_products, "graph_mode": self.graph_mode,
                        "propagation": self.propagation})
         return config
+
+
+def _is_top_k(graphs):
+    """Whether ``graphs`` (or their shape) is the compact form ``(indices, weights)``."""
+    return isinstance(graphs, (list, tuple)) and len(graphs) == 2 and all(
+        isinstance(part, (list, tuple)) or hasattr(part, "shape") for part in graphs)

@@ -1,0 +1,315 @@
+"""A frozen graph predictor's graphs computed once, for downstream training.
+
+A frozen :class:`~glomo_tf.GraphPredictor`'s graphs depend only on the token ids, so a downstream
+``model.fit`` need not run the predictor on the same sentences every epoch. This module computes
+them once per sentence, dense (``[2, L, K, n, n]``) or in the compact top-k form of
+:func:`glomo_tf.ops.top_k_sources` (for every receiving unit the ``k`` heaviest sources and their
+weights, ``[2, L, K, n, k]``), and feeds them to the model's :class:`~glomo_tf.GlomoTransfer`
+layers in place of the online predictor:
+
+* :func:`compute_graphs`: a :class:`GraphCache` of every sentence of an id array, each cut to
+  its own length;
+* :func:`cached_training_batches`: the training batches of
+  :func:`glomo_tf.data.batching.bucketed_training_batches` (same shuffles, same buckets, same
+  batches) with each batch's graphs, ``((ids, graphs...), labels)``, read from the cache;
+* :func:`with_graphs`: a ``tf.data`` stage adding the graphs to batched ``(ids, labels)``
+  (validation and test batches, whose order is fixed), then ``Dataset.cache()`` (in memory, or
+  to a file), so they are computed on the first pass only;
+* :class:`GraphFedModel`: wraps a model built on token ids (for example
+  :func:`glomo_tf.models.build_classifier`'s), sharing its layers and weights, and takes
+  ``(ids, graphs...)``: its ``GlomoTransfer`` layers read the given graphs instead of running the
+  predictor. Train it with ``fit``; the wrapped model is trained with it and keeps the online
+  path (token ids in, the predictor run inside), to save and serve.
+
+A dense cache (the default) gives the online path's outputs and gradients up to float round-off,
+and so does a top-k cache whose ``k`` covers every row's sources (``cache.exact``). A fine-tuned
+predictor (``fine_tune=True``) changes every step: its layers refuse fed graphs and keep the
+online path.
+
+Example:
+
+>>> import numpy as np, glomo_tf
+>>> from glomo_tf.models import build_classifier
+>>> predictor = glomo_tf.GraphPredictor(vocabulary_size=30, hidden_dim=8, num_layers=2,
+...                                     num_heads=2)
+>>> model = build_classifier(30, 2, "glomo_embeddings", graph_predictor=predictor,
+...                          embedding_dim=8, rnn_units=4, attention_heads=2)
+>>> ids = np.array([[3, 4, 5, 0], [6, 7, 0, 0]], "int32")
+>>> cache = compute_graphs(predictor, ids)
+>>> fed = GraphFedModel(model)
+>>> graphs = batch_of(cache, [0, 1], ids.shape[1])
+>>> bool(np.allclose(fed((ids, graphs)), model(ids), atol=1e-5))
+True
+"""
+
+import contextlib
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class GraphCache:
+    """The graphs of ``N`` sentences, each cut to its own ``n`` units.
+
+    Sentence ``i``'s graphs are ``weights[offsets[i]:offsets[i + 1]]`` (float32), reshaped to
+    ``[2, L, K, n, n]`` (dense: ``k`` None) or ``[2, L, K, n, k]`` (top-k, with the source
+    positions in ``indices``, int16 when they fit, else int32). ``support`` is the most sources
+    with weight any row has: a top-k cache is exact when ``support <= k``; a dense one always is.
+    """
+
+    weights: np.ndarray
+    indices: object  # np.ndarray, or None for a dense cache
+    offsets: np.ndarray
+    lengths: np.ndarray
+    shape: tuple  # (2, L, K)
+    k: object  # int, or None for a dense cache
+    support: int
+
+    @property
+    def exact(self):
+        return self.k is None or self.support <= self.k
+
+    def __len__(self):
+        return len(self.lengths)
+
+    @property
+    def nbytes(self):
+        return int(self.weights.nbytes + (0 if self.indices is None else self.indices.nbytes))
+
+    def subset(self, rows):
+        """A :class:`GraphCache` of the sentences ``rows`` (in that order)."""
+        rows = np.asarray(rows, "int64")
+        parts = [np.arange(self.offsets[i], self.offsets[i + 1]) for i in rows]
+        take = np.concatenate(parts) if parts else np.zeros([0], "int64")
+        sizes = np.diff(self.offsets)[rows]
+        return GraphCache(self.weights[take], None if self.indices is None else
+                          self.indices[take], np.concatenate([[0], np.cumsum(sizes)]),
+                          self.lengths[rows], self.shape, self.k, self.support)
+
+    def _sentence_shape(self, i):
+        n = int(self.lengths[i])
+        return (*self.shape, n, n if self.k is None else self.k)
+
+    def sentence(self, i):
+        """Sentence ``i``'s graphs: dense ``[2, L, K, n, n]``, or the top-k pair
+        ``(indices, weights)``, ``[2, L, K, n, k]`` each."""
+        part = slice(self.offsets[i], self.offsets[i + 1])
+        weights = self.weights[part].reshape(self._sentence_shape(i))
+        if self.k is None:
+            return weights
+        return self.indices[part].reshape(weights.shape).astype("int32"), weights
+
+
+def compute_graphs(predictor, token_ids, top_k=None, batch_size=256):
+    """A :class:`GraphCache` of the predictor's graphs of every row of ``token_ids [N, T]``.
+
+    The sentences go through the predictor (inference mode) in length-sorted batches, each cut
+    to its longest sentence, and each sentence's graphs are kept over its own units. ``top_k``
+    None (default) keeps the dense graphs (exact: the fed model computes what the online one
+    does); an int keeps each row's ``top_k`` heaviest sources (:func:`glomo_tf.ops.top_k_sources`,
+    exact when no row has more).
+    """
+    import tensorflow as tf
+
+    from glomo_tf import ops
+    from glomo_tf.data.batching import sequence_lengths
+
+    token_ids = np.asarray(token_ids, "int32")
+    if top_k is not None and int(top_k) < 1:
+        raise ValueError(f"top_k must be None (dense graphs) or >= 1, got {top_k}.")
+    lengths = np.maximum(sequence_lengths(token_ids), 1)
+    order = np.argsort(lengths, kind="stable")
+    run = tf.function(lambda ids: predictor(ids, training=False)["graphs"], reduce_retracing=True)
+    weights_of, indices_of, support = [None] * len(token_ids), [None] * len(token_ids), 0
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        width = int(lengths[chosen].max())
+        graphs = run(tf.constant(token_ids[chosen, :width]))  # [b, 2, L, K, w, w]
+        support = max(support, int(tf.reduce_max(
+            tf.reduce_sum(tf.cast(graphs > 0, tf.int32), axis=-1))))
+        if top_k is None:
+            weights = graphs.numpy()
+        else:
+            indices, weights = (x.numpy() for x in ops.top_k_sources(graphs, int(top_k)))
+        for row, i in enumerate(chosen):
+            n = lengths[i]
+            if top_k is None:
+                weights_of[i] = weights[row, :, :, :, :n, :n].ravel()
+            else:
+                weights_of[i] = weights[row, :, :, :, :n].ravel()
+                indices_of[i] = indices[row, :, :, :, :n].ravel()
+    shape = tuple(int(x) for x in graphs.shape[1:4]) if len(order) else (2, 0, 0)
+    sizes = np.array([len(w) for w in weights_of], "int64")
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype("int64")
+    indices = None
+    if top_k is not None:
+        index_type = "int16" if token_ids.shape[1] < 2 ** 15 else "int32"
+        indices = np.concatenate(indices_of).astype(index_type)
+    return GraphCache(np.concatenate(weights_of).astype("float32"), indices, offsets,
+                      lengths.astype("int64"), shape, None if top_k is None else int(top_k),
+                      support)
+
+
+def batch_of(cache, rows, length):
+    """The cached graphs of sentences ``rows`` as one batch padded (source 0, weight 0) to
+    ``length`` units: dense ``[b, 2, L, K, length, length]`` or the top-k pair, both
+    ``[b, 2, L, K, length, k]``."""
+    def pad(x, dims):
+        return np.pad(x, [(0, 0)] * (x.ndim - dims) + [(0, length - x.shape[d])
+                                                         for d in range(x.ndim - dims, x.ndim)])
+
+    parts = [cache.sentence(i) for i in rows]
+    if cache.k is None:
+        return np.stack([pad(x, 2) for x in parts])
+    return (np.stack([pad(x[0][..., :, :], 2)[..., :cache.k] for x in parts]),
+            np.stack([pad(x[1], 2)[..., :cache.k] for x in parts]))
+
+
+def _elements(cache):
+    """The cache as RaggedTensors ``[N, (size)]`` (weights, and indices for a top-k cache)."""
+    import tensorflow as tf
+
+    sizes = np.diff(cache.offsets)
+    weights = tf.RaggedTensor.from_row_lengths(cache.weights, sizes)
+    if cache.k is None:
+        return (weights,)
+    return tf.RaggedTensor.from_row_lengths(cache.indices, sizes), weights
+
+
+def cached_training_batches(ids, labels, batch_size, seed, cache):
+    """:func:`glomo_tf.data.batching.bucketed_training_batches` with the cached graphs.
+
+    The same per-epoch shuffles (same seed), length buckets and batches; each element is
+    ``((ids [b, T], graphs...), labels)`` with the graphs of the batch's sentences read from
+    ``cache`` (a :class:`GraphCache` of ``ids``): dense ``[b, 2, L, K, T, T]``, or top-k
+    ``indices, weights``, both ``[b, 2, L, K, T, k]``.
+    """
+    import tensorflow as tf
+
+    from glomo_tf.data.batching import sequence_lengths
+
+    ids = np.asarray(ids)
+    if len(cache) != len(ids):
+        raise ValueError(f"The graph cache holds {len(cache)} sentences, the ids {len(ids)}: "
+                         "compute the cache from the same ids.")
+    lengths = sequence_lengths(ids)
+    boundaries = sorted({int(b) for b in np.percentile(lengths, [20, 40, 60, 80]) if b > 1})
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (ids.astype("int32"), np.asarray(labels, "int64"), lengths.astype("int32"),
+         _elements(cache)))
+    dataset = dataset.shuffle(len(ids), seed=seed, reshuffle_each_iteration=True)
+    head = list(cache.shape)
+
+    def cut(x, y, n, graphs):
+        n = tf.maximum(n, 1)
+        last = [n] if cache.k is None else [cache.k]
+        graphs = tuple(tf.reshape(g, head + [n] + last) for g in graphs)
+        if cache.k is not None:
+            graphs = (tf.cast(graphs[0], tf.int32), graphs[1])
+        return x[:n], graphs, y
+
+    dataset = dataset.map(cut)
+    edges = [b + 1 for b in boundaries]
+    dataset = dataset.bucket_by_sequence_length(
+        lambda x, g, y: tf.shape(x)[0], bucket_boundaries=edges,
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1))
+    dataset = dataset.map(lambda x, g, y: ((x, *g), y))
+    per_bucket = np.bincount(np.searchsorted(edges, np.maximum(lengths, 1), side="right"),
+                             minlength=len(edges) + 1)
+    batches = int(sum(-(-n // batch_size) for n in per_bucket))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    return dataset.prefetch(2)
+
+
+def with_graphs(dataset, predictor, top_k=None, cache=""):
+    """A ``tf.data`` stage: batched ``(ids, labels)`` -> ``((ids, graphs...), labels)``, the
+    predictor's graphs of each batch in inference mode (dense, or with ``top_k`` the pair
+    ``indices, weights``), then ``Dataset.cache(cache)`` (``""``: in memory; a path: files
+    there), so the predictor runs on the first pass only. For datasets whose batches come in the
+    same order every pass (validation, test); ``cache=None`` leaves the caching out."""
+    import tensorflow as tf
+
+    from glomo_tf import ops
+
+    cardinality = int(dataset.cardinality())
+
+    def add(ids, labels):
+        graphs = predictor(ids, training=False)["graphs"]
+        if top_k is None:
+            return (ids, graphs), labels
+        return (ids, *ops.top_k_sources(graphs, int(top_k))), labels
+
+    dataset = dataset.map(add)
+    if cache is not None:
+        dataset = dataset.cache(cache)
+    if cardinality >= 0:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(cardinality))
+    return dataset
+
+
+def _transfer_layers(model):
+    """Every ``GlomoTransfer`` layer of ``model`` (nested models included) that reads learned
+    graphs."""
+    from glomo_tf.layers.glomo_transfer import GlomoTransfer
+
+    found = []
+    for layer in model.layers:
+        if isinstance(layer, GlomoTransfer):
+            if layer.graph_mode == "learned":
+                found.append(layer)
+        elif hasattr(layer, "layers"):
+            found.extend(_transfer_layers(layer))
+    return found
+
+
+def _keras_model_class():
+    import keras
+
+    return keras.Model
+
+
+class GraphFedModel(_keras_model_class()):
+    """``(ids, graphs...) -> model(ids)``, the model's ``GlomoTransfer`` layers reading
+    the given graphs instead of running their frozen predictor.
+
+    Args:
+        model: a Keras model on token ids holding one or more ``GlomoTransfer`` layers with
+            learned graphs and ``fine_tune=False``, all on the same predictor (the fed graphs
+            are its graphs of the ids). Its layers and weights are shared, not copied.
+
+    Call arguments:
+        inputs: ``(ids [B, T], graphs [B, 2, L, K, T, T])`` or, top-k, ``(ids, indices
+            [B, 2, L, K, T, k], weights [B, 2, L, K, T, k])``: the graphs of those ids
+            (:func:`cached_training_batches`, :func:`with_graphs`).
+        training: bool.
+    """
+
+    def __init__(self, model, **kwargs):
+        kwargs.setdefault("name", f"{model.name}_graph_fed")
+        super().__init__(**kwargs)
+        layers = _transfer_layers(model)
+        if not layers:
+            raise ValueError(f"{model.name} has no GlomoTransfer layer with learned graphs to "
+                             "feed; train it on token ids.")
+        for layer in layers:
+            if layer.fine_tune:
+                raise ValueError(
+                    f"{layer.name} fine-tunes its graph predictor (fine_tune=True): its graphs "
+                    "change every step, so train the model on token ids (the online path).")
+        if len({id(layer.graph_predictor) for layer in layers}) > 1:
+            raise ValueError(f"The GlomoTransfer layers of {model.name} hold different graph "
+                             "predictors; one set of fed graphs cannot serve them all.")
+        self.model = model
+        self._transfer = layers
+
+    def call(self, inputs, training=None):
+        ids, *graphs = inputs
+        graphs = graphs[0] if len(graphs) == 1 else tuple(graphs)
+        with contextlib.ExitStack() as stack:
+            for layer in self._transfer:
+                stack.enter_context(layer.feeding(graphs))
+            return self.model(ids, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return self.model.compute_output_shape(input_shape[0])
