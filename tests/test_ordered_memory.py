@@ -72,10 +72,13 @@ def np_ordered_memory(layer, x, n_slots=None):
         beta = np.exp(alpha - max(alpha[i - 1] for i in admissible))  # Eq. 4.9
         beta_hat = [None] + [min(beta[i - 1], 1.0) * pi[i + 1] for i in range(1, Ns + 1)]
         p = np.zeros(Ns + 1)
-        stick = 1.0
-        for i in range(1, Ns + 1):  # Eq. 4.11, the last slot takes what remains
-            p[i] = stick if i == Ns else beta_hat[i] * stick
-            stick *= 1.0 - beta_hat[i]
+        if layer.attention == "softmax":  # the released code: normalised beta_hat
+            p[1:] = np.array(beta_hat[1:]) / sum(beta_hat[1:])
+        else:
+            stick = 1.0
+            for i in range(1, Ns + 1):  # Eq. 4.11, the last slot takes what remains
+                p[i] = stick if i == Ns else beta_hat[i] * stick
+                stick *= 1.0 - beta_hat[i]
         cum = np.array([p[1:i + 1].sum() for i in range(Ns + 1)])  # Eq. 4.3
         rev = np.array([p[i:].sum() for i in range(Ns + 1)])  # Eq. 4.4
         new_M = M.copy()
@@ -108,8 +111,9 @@ def built_layer(seed=1, **kwargs):
     return layer
 
 
-def test_recurrence_matches_numpy_algorithm_1():
-    layer = built_layer()
+@pytest.mark.parametrize("attention", ["stick_breaking", "softmax"])
+def test_recurrence_matches_numpy_algorithm_1(attention):
+    layer = built_layer(attention=attention)
     x, mask = make_inputs()
     outputs, probs = (v.numpy() for v in layer(x, mask=mask))
     last = OrderedMemory.from_config({**layer.get_config(), "return_sequences": False,
@@ -128,8 +132,9 @@ def test_recurrence_matches_numpy_algorithm_1():
     assert 0.05 < probs[0, 2:].max(axis=-1).min() < 0.95
 
 
-def test_attention_sums_to_one_and_never_points_at_an_empty_slot():
-    layer = built_layer(seed=4)
+@pytest.mark.parametrize("attention", ["stick_breaking", "softmax"])
+def test_attention_sums_to_one_and_never_points_at_an_empty_slot(attention):
+    layer = built_layer(seed=4, attention=attention)
     x, mask = make_inputs(seed=3, steps=12)
     _, probs = layer(x, mask=mask)
     probs = probs.numpy().astype(np.float64)
@@ -232,6 +237,7 @@ def test_dropout_only_in_training():
     ({"units": 4, "num_slots": 0}, "positive"),
     ({"units": 4, "num_slots": 3, "hidden_dropout": 1.0}, "hidden_dropout"),
     ({"units": 4, "num_slots": 3, "dynamic_threshold": 0.0}, "dynamic_threshold"),
+    ({"units": 4, "num_slots": 3, "attention": "sparsemax"}, "attention must be"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -269,7 +275,8 @@ def _mask_check():
 
 @pytest.mark.parametrize("options", [
     {"return_attention": True},
-    {"return_sequences": True, "hidden_dropout": 0.1, "dynamic_threshold": 1e-5},
+    {"return_sequences": True, "hidden_dropout": 0.1, "dynamic_threshold": 1e-5,
+     "attention": "softmax"},
 ])
 def test_layer_harness(tmp_path, options):
     x, mask = harness_inputs()
@@ -294,7 +301,8 @@ def test_fit_in_a_functional_model(tmp_path):
     h = OrderedMemory(8, num_slots=3, hidden_dropout=0.1)(emb)
     model = keras.Model(inputs, keras.layers.Dense(2)(h))
     model.compile(keras.optimizers.Adam(1e-2),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
     history = model.fit(ids, labels, epochs=8, batch_size=32, verbose=0)
     assert history.history["loss"][-1] < 0.8 * history.history["loss"][0]
     path = str(tmp_path / "om.keras")

@@ -2,9 +2,9 @@
 
 An expression is a tree: a node is, with probability ``operator_prob`` (0.25 in the original),
 an operator with 2 to ``max_args`` (5) arguments, else a digit 0-9; no operator at
-``max_depth`` (20) or deeper (:func:`generate_listops`). The operators are ``[MIN``, ``[MAX``, ``[MED`` (the
-median, truncated to an integer as NumPy's ``int(np.median(...))``) and ``[SM`` (the sum modulo
-10); ``]`` closes a list. The label is the value of the expression, a digit.
+``max_depth`` (20) or deeper (:func:`generate_listops`). The operators are ``[MIN``,
+``[MAX``, ``[MED`` (the median, truncated to an integer as NumPy's ``int(np.median(...))``)
+and ``[SM`` (the sum modulo 10); ``]`` closes a list. The label is the value of the expression, a digit.
 
 The text format is the original's, one example a line: ``label<TAB>expression``, where the
 expression is the left-branching binarisation of every list with parentheses, e.g.

@@ -26,6 +26,19 @@ def stick_breaking(scores, admissible):
     return remaining * (beta_hat * (1.0 - last) + last)  # Eq. 4.11
 
 
+def masked_softmax_over_slots(scores, admissible):
+    """The normalisation of the authors' released code instead of Eq. 4.11:
+    ``p^i = exp(alpha^i - max) * admissible^i / sum_j exp(alpha^j - max) * admissible^j``
+    (``admissible`` as in :func:`stick_breaking`; the last slot's is 1, so the sum is positive).
+    Float32 in, float32 out."""
+    masked = tf.where(admissible > 0, scores, tf.fill(tf.shape(scores), -1e30))
+    weights = tf.exp(scores - tf.reduce_max(masked, axis=-1, keepdims=True)) * admissible
+    return weights / tf.reduce_sum(weights, axis=-1, keepdims=True)
+
+
+ATTENTIONS = {"stick_breaking": stick_breaking, "softmax": masked_softmax_over_slots}
+
+
 @keras.saving.register_keras_serializable(package="glomo_tf")
 class OrderedMemory(keras.layers.Layer):
     """Ordered Memory: a stack of ``N`` slots of width ``D`` written with stick-breaking attention,
@@ -73,6 +86,9 @@ class OrderedMemory(keras.layers.Layer):
         return_sequences: bool, return ``M^_t^N`` at every step ``[B, T, D]`` instead of the last.
         return_attention: bool, also return the attention distributions ``p_t`` ``[B, T, N]``
             (float32; zero rows at padded steps), the input of :func:`glomo_tf.trees.induce_trees`.
+        attention: ``"stick_breaking"`` (the thesis, Eqs. 4.9-4.11) or ``"softmax"`` (the
+            authors' released code: the same scores, masked by ``pi_{t-1}^{i+1}`` and normalised,
+            :func:`masked_softmax_over_slots`).
         dynamic_threshold: optional float, Appendix A.3's dynamic computation: at inference
             (``training`` false), the cell of slot ``i`` is skipped at a step where
             ``pi_t^i < dynamic_threshold`` for every sequence of the batch (then
@@ -111,7 +127,8 @@ class OrderedMemory(keras.layers.Layer):
 
     def __init__(self, units, num_slots, input_dropout=0.0, hidden_dropout=0.0,
                  attention_dropout=0.0, output_dropout=0.0, return_sequences=False,
-                 return_attention=False, dynamic_threshold=None, **kwargs):
+                 return_attention=False, attention="stick_breaking", dynamic_threshold=None,
+                 **kwargs):
         super().__init__(**kwargs)
         if int(units) < 1 or int(num_slots) < 1:
             raise ValueError(f"units and num_slots must be positive integers, got {units} and "
@@ -121,6 +138,8 @@ class OrderedMemory(keras.layers.Layer):
         for name, rate in rates.items():
             if not 0.0 <= float(rate) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate}.")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {attention!r}.")
         if dynamic_threshold is not None and not 0.0 < float(dynamic_threshold) < 1.0:
             raise ValueError("dynamic_threshold must be None or in (0, 1) (the paper uses 1e-5), "
                              f"got {dynamic_threshold}.")
@@ -132,6 +151,7 @@ class OrderedMemory(keras.layers.Layer):
         self.output_dropout = float(output_dropout)
         self.return_sequences = bool(return_sequences)
         self.return_attention = bool(return_attention)
+        self.attention = attention
         self.dynamic_threshold = None if dynamic_threshold is None else float(dynamic_threshold)
         self.supports_masking = True
         self.seed_generator = keras.random.SeedGenerator(seed=None)
@@ -194,7 +214,7 @@ class OrderedMemory(keras.layers.Layer):
             hidden = hidden * attention_mask
         scores = tf.cast(self.attention_score(hidden)[..., 0], tf.float32)
         admissible = tf.concat([cum_prob[:, 1:], tf.ones_like(cum_prob[:, :1])], axis=1)
-        p = stick_breaking(scores, admissible)  # Eqs. 4.9-4.11
+        p = ATTENTIONS[self.attention](scores, admissible)  # Eqs. 4.9-4.11
         cum = tf.math.cumsum(p, axis=1)  # Eq. 4.3
         rev_cum = tf.math.cumsum(p, axis=1, reverse=True)  # Eq. 4.4
         rev = tf.cast(rev_cum, self.compute_dtype)[..., None]
@@ -318,5 +338,6 @@ class OrderedMemory(keras.layers.Layer):
                        "output_dropout": self.output_dropout,
                        "return_sequences": self.return_sequences,
                        "return_attention": self.return_attention,
+                       "attention": self.attention,
                        "dynamic_threshold": self.dynamic_threshold})
         return config
