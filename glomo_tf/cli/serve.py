@@ -200,6 +200,11 @@ def run(args):
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
     server = server_from_args(args)  # checks the flags; loads nothing yet
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        # Each connection is read in its own thread; with glibc's default of 8 arenas per core,
+        # the pages of large requests stay spread over many arenas (see serving/memory.py).
+        from glomo_tf.serving.memory import limit_arenas
+        limit_arenas(2)
     if args.access_log:
         open_access_log(args.access_log)
     check_ports_free(args.host, [("--port", args.port), ("--rest_api_port", args.rest_api_port)])

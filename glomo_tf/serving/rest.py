@@ -28,12 +28,14 @@ import numpy as np
 
 from glomo_tf.serving.errors import ServingError, from_http_status, invalid
 from glomo_tf.serving.limits import Admission
+from glomo_tf.serving.memory import release_free_memory
 from glomo_tf.serving.monitoring import CONTENT_TYPE, Metrics
 from glomo_tf.serving.tensors import (DEFAULT_LIMITS, float_tokens, columnar_json,
                                       is_b64_object, json_to_array, row_json, short_type)
 
 log = logging.getLogger("glomo_tf.serving")
 access_log = logging.getLogger("glomo_tf.serving.access")
+LARGE_BODY = 1 << 20  # bytes of a request body after which free memory is given back
 
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
                           r":(classify|regress|predict)", re.IGNORECASE)
@@ -128,7 +130,8 @@ def decode_instances(instances, signature, limits=DEFAULT_LIMITS):
                 array = json_to_array(value, signature.inputs[name].dtype, limits, elements)
             except ServingError as error:
                 raise ServingError(error.code, f"Failed to process element: {index} key: {name} "
-                                   f"of 'instances' list. Error: {error.message}") from None
+                                   f"of 'instances' list. Error: {error.message}",
+                                   error.http_status) from None
             column = columns[name]
             if column and array.shape != column[0].shape:
                 raise invalid(f"Failed to process element: {index} key: {name} of 'instances' "
@@ -163,7 +166,8 @@ def decode_inputs(value, signature, limits=DEFAULT_LIMITS):
                                          elements)
             elements += inputs[name].size
         except ServingError as error:
-            raise ServingError(error.code, f"input {name}: {error.message}") from None
+            raise ServingError(error.code, f"input {name}: {error.message}",
+                               error.http_status) from None
     return inputs
 
 
@@ -179,6 +183,22 @@ class RestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):
         log.debug("REST %s - %s", self.address_string(), format % args)
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (a bad request line or header, an unknown method, an
+        over-long line) as TF Serving's JSON errors; an unknown method is a 400 like PUT's."""
+        if code == 501:
+            code, message = 400, f"Malformed request: unsupported method {self.command!r}"
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer in 1.0
+            self.request_version = "HTTP/1.0"
+        self._answer, self._code = (None, 0), from_http_status(code)
+        self._body_unread = False
+        text = message or self.responses.get(code, ("error",))[0]
+        try:
+            self._send(code, json.dumps({"error": text}, ensure_ascii=False).encode("utf-8"))
+        except OSError:
+            pass
 
     # -- methods
     def do_GET(self):
@@ -211,10 +231,14 @@ class RestHandler(BaseHTTPRequestHandler):
         parts, remaining = [], size
         while remaining > 0:
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise socket.timeout("the request body did not arrive in time")
-            self.connection.settimeout(left)
-            part = self.rfile.read1(min(remaining, 1 << 20))
+            try:
+                if left <= 0:
+                    raise socket.timeout
+                self.connection.settimeout(left)
+                part = self.rfile.read1(min(remaining, 1 << 20))
+            except socket.timeout:
+                raise ServingError("DEADLINE_EXCEEDED", "the request body did not arrive "
+                                   f"within {self.server.body_timeout:g} s", 408) from None
             if not part:
                 break
             parts.append(part)
@@ -294,6 +318,7 @@ class RestHandler(BaseHTTPRequestHandler):
         path = urllib.parse.urlsplit(self.path).path
         self._answer, self._code = (None, 0), "OK"
         self._body_unread = method in ("POST", "PUT", "PATCH")
+        self._large = False
         try:
             if method == "GET" and self.server.metrics_path and path == self.server.metrics_path:
                 self._send(200, self.server.metrics.exposition().encode("utf-8"),
@@ -310,6 +335,8 @@ class RestHandler(BaseHTTPRequestHandler):
             self._send_error_json(500, f"Internal: {type(error).__name__}: {error}", "INTERNAL")
         finally:
             self.server.finished(self, method, path, time.monotonic() - started)
+            if self._large:  # its body, arrays and answer are garbage now
+                release_free_memory()
 
     def _respond(self, method, path):
         """Reads and decodes the request holding a worker turn (the part whose memory a client
@@ -329,6 +356,7 @@ class RestHandler(BaseHTTPRequestHandler):
                 self._send_error_json(404, f"Not found: {method} {path} (TF Serving's REST API "
                                       "is under /v1/models/)")
                 return
+            self._large = len(body) >= LARGE_BODY
             status, answer = self.server.dispatch(method, path, body)
         text = answer() if callable(answer) else answer
         self._send(status, text.encode("utf-8"))
