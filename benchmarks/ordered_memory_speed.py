@@ -32,6 +32,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +49,8 @@ def parse_args(argv=None):
     p.add_argument("--units", type=int, default=48, help="slot width D")
     p.add_argument("--slots", type=int, default=8, help="slots N")
     p.add_argument("--threshold", type=float, default=1e-5, help="the dynamic modes' threshold")
+    p.add_argument("--attention", choices=("stick_breaking", "softmax"),
+                   default="stick_breaking", help="OrderedMemory's attention normalisation")
     p.add_argument("--weights", default=None, help="a trained classifier's .weights.h5")
     p.add_argument("--mode", action="append", choices=MODES, default=None,
                    help="modes to time (repeatable; default all)")
@@ -66,16 +69,18 @@ def parse_args(argv=None):
     return a
 
 
-def build_classifier(keras, OrderedMemory, vocabulary_size, units, slots, threshold):
+def build_classifier(keras, OrderedMemory, vocabulary_size, units, slots, threshold,
+                     attention):
     ids = keras.Input((None,), dtype="int32")
     x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True)(ids)
-    h = OrderedMemory(units, num_slots=slots, dynamic_threshold=threshold,
+    h = OrderedMemory(units, num_slots=slots, dynamic_threshold=threshold, attention=attention,
                       name="ordered_memory")(x)
     hidden = keras.layers.Dense(units, activation="relu")(h)
     return keras.Model(ids, keras.layers.Dense(10)(hidden))
 
 
 def main(argv=None):
+    started = time.perf_counter()
     a = parse_args(argv)
     import keras
     import numpy as np
@@ -101,7 +106,7 @@ def main(argv=None):
         keras.utils.set_random_seed(a.seed)
         threshold = a.threshold if mode.endswith("dynamic") else None
         model = build_classifier(keras, OrderedMemory, len(VOCABULARY), a.units, a.slots,
-                                 threshold)
+                                 threshold, a.attention)
         if a.weights:
             model.load_weights(a.weights)
         xla = "xla" in mode
@@ -129,7 +134,10 @@ def main(argv=None):
             per_round[mode].append(_harness.median_seconds(steps[mode], batches, a.warmup))
     med = {m: statistics.median(ts) for m, ts in per_round.items()}
     tokens_per_batch = real_tokens / timed_batches
-    agreement = {}
+    agreement, accuracy = {}, {}
+    labels = np.concatenate([b[1] for b in batches[:2]])
+    for mode, logits in first.items():  # trained weights (--weights) score above chance
+        accuracy[mode] = round(float(np.mean(np.argmax(logits, -1) == labels)), 4)
     if "infer" in first:
         for mode, logits in first.items():
             agreement[mode] = float(np.abs(logits - first["infer"]).max())
@@ -138,8 +146,8 @@ def main(argv=None):
                      "generated ListOps batches padded to max_length (padded steps cost as much "
                      "as real ones)",
         "config": {k: getattr(a, k) for k in ("batch", "max_length", "max_depth", "units",
-                                              "slots", "threshold", "weights", "mode", "iters",
-                                              "warmup", "rounds", "seed")},
+                                              "slots", "threshold", "attention", "weights",
+                                              "mode", "iters", "warmup", "rounds", "seed")},
         "batch_shape": list(batches[0][0].shape),
         "real_tokens_per_batch": round(tokens_per_batch, 1),
         "ms_per_step_median": {m: round(1000 * t, 2) for m, t in med.items()},
@@ -149,6 +157,10 @@ def main(argv=None):
         "steps_per_s": {m: round(1 / t, 2) for m, t in med.items()},
         "tokens_per_s": {m: round(tokens_per_batch / t, 1) for m, t in med.items()},
         "max_abs_logit_difference_vs_infer": agreement,
+        "accuracy_first_two_batches": accuracy,
+        "command": "python benchmarks/ordered_memory_speed.py "
+                   + " ".join(sys.argv[1:] if argv is None else argv),
+        "wall_seconds": round(time.perf_counter() - started, 1),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
