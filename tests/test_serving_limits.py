@@ -535,8 +535,8 @@ def test_fuzz_no_5xx_for_client_errors_and_good_requests_still_served(toy_base):
 @pytest.mark.slow
 def test_resident_memory_stays_bounded_over_50_large_requests():
     """`glomo serve` in its own process: 50 requests of a million token ids each, one after
-    another. RSS after the last stays within 100 MB of RSS after the first (it grew by about
-    5 MB a request before the arena cap and the trim), and never rises 150 MB above it."""
+    another. RSS after the last stays within 100 MB of RSS after the first (it grew with
+    every request before the arena cap and the trim), and never rises 150 MB above it."""
     import subprocess
     import sys
     script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "serving_soak.py")
@@ -550,3 +550,82 @@ def test_resident_memory_stays_bounded_over_50_large_requests():
     assert large["requests"] == 50 and report["server_log"]["tracebacks"] == 0
     assert large["rss_after_last_mb"] - large["rss_after_first_mb"] < 100, large
     assert max(large["rss_every_10_mb"]) - large["rss_after_first_mb"] < 150, large
+
+
+# ----------------------------------------------------------------------------- framing
+
+def _exchange(server, payload):
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as s:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body) if body else None
+
+
+@pytest.mark.parametrize("headers,body,words", [
+    ("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", b"0\r\n\r\n", "both"),
+    ("Transfer-Encoding: gzip, chunked\r\n", b"0\r\n\r\n", "unsupported Transfer-Encoding"),
+    ("Transfer-Encoding: chunked\r\n", b"-3\r\nabc\r\n0\r\n\r\n", "malformed chunked"),
+    ("Transfer-Encoding: chunked\r\n", b"0x5\r\nabcde\r\n0\r\n\r\n", "malformed chunked"),
+    ("Transfer-Encoding: chunked\r\n", b"3\r\n{\"i\r\n", "malformed chunked"),  # no last chunk
+    ("Content-Length: +5\r\n", b"{\"a\":", "bad Content-Length"),
+    ("Content-Length:  5 \r\n", b"{}   ", None),  # optional whitespace around the value is fine
+])
+def test_http_framing_is_strict(toy_base, headers, body, words):
+    with serve(toy_base, grpc_port=None) as server:
+        status, doc = _exchange(server, (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\n{headers}"
+                                         "\r\n").encode() + body)
+    if words is None:
+        assert status == 400 and "Missing 'inputs' or 'instances'" in doc["error"], doc
+    else:
+        assert status == 400 and words in doc["error"], doc
+
+
+def test_grpc_fuzz_gives_client_error_codes_only(toy_base):
+    """Random dtypes, shapes and values for the toy model's inputs: every answer is OK or a
+    client error code, never INTERNAL or UNKNOWN."""
+    rng = np.random.default_rng(7)
+    dtypes = [tf.float32, tf.int32, tf.int64, tf.string, tf.bool, tf.float64]
+    signatures = {"scale": ("x", "k"), "ids": ("ids",), "negate": ("v",),
+                  "serving_default": ("texts",)}
+    valid = {"scale": {"x": np.ones((2, 3), np.float32), "k": np.ones(2, np.int32)},
+             "ids": {"ids": np.ones((1, 4), np.int64)}, "negate": {"v": np.ones(3, np.float32)},
+             "serving_default": {"texts": np.array([b"ab"], object)}}
+    codes = {}
+    with serve(toy_base, rest_port=None, max_request_elements=10_000) as server:
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            for _ in range(80):
+                name = rng.choice(list(signatures))
+                request = predict_pb2.PredictRequest()
+                request.model_spec.name = "toy"
+                request.model_spec.signature_name = name
+                if rng.random() < 0.3:  # a good request among the bad ones
+                    for alias, value in valid[name].items():
+                        request.inputs[alias].CopyFrom(tf.make_tensor_proto(value))
+                for alias in signatures[name] if not request.inputs else ():
+                    dtype = dtypes[rng.integers(len(dtypes))]
+                    shape = [int(d) for d in rng.integers(0, 4, size=rng.integers(0, 4))]
+                    if dtype == tf.string:
+                        value = np.full(shape, b"ab", object)
+                    else:
+                        value = rng.integers(-3, 3, size=shape).astype(dtype.as_numpy_dtype)
+                    request.inputs[alias].CopyFrom(tf.make_tensor_proto(value, dtype=dtype))
+                    if rng.random() < 0.2:  # a shape that lies about the values
+                        request.inputs[alias].tensor_shape.dim.add(size=int(rng.integers(
+                            -2, 1 << 20)))
+                try:
+                    stub.Predict(request, timeout=30)
+                    code = "OK"
+                except grpc.RpcError as error:
+                    code = error.code().name
+                codes[code] = codes.get(code, 0) + 1
+    assert set(codes) <= {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED",
+                          "FAILED_PRECONDITION"}, codes
+    assert codes.get("OK", 0) >= 1 and codes.get("INVALID_ARGUMENT", 0) >= 10, codes

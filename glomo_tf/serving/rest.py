@@ -249,14 +249,27 @@ class RestHandler(BaseHTTPRequestHandler):
     def _read_body(self):
         limit = self.server.limits.max_request_bytes
         deadline = time.monotonic() + self.server.body_timeout
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+        encodings = self.headers.get_all("Transfer-Encoding") or []
+        if encodings:
+            # RFC 9112, 6.1-6.3: only "chunked" is understood here, and a message with both
+            # framings is refused rather than guessed at (request smuggling).
+            self.close_connection = True
+            if [e.strip().lower() for e in ",".join(encodings).split(",")] != ["chunked"]:
+                raise invalid(f"unsupported Transfer-Encoding: {', '.join(encodings)} (only "
+                              "chunked)")
+            if self.headers.get_all("Content-Length"):
+                raise invalid("both Transfer-Encoding and Content-Length given; send one")
+            self.close_connection = False
             chunks, total = [], 0
             while True:
                 line = self.rfile.readline(1024)
-                try:
-                    size = int(line.split(b";")[0].strip() or b"0", 16)
-                except ValueError:
-                    raise invalid("malformed chunked request body") from None
+                digits = line.split(b";")[0].strip()
+                if not line.endswith(b"\n") or not re.fullmatch(rb"[0-9A-Fa-f]{1,15}", digits):
+                    self.close_connection = True
+                    raise invalid("malformed chunked request body: a chunk size must be hex "
+                                  "digits on their own line, and the body must end with a "
+                                  "0-size chunk")
+                size = int(digits, 16)
                 if size == 0:
                     while self.rfile.readline(1024).strip():  # trailers
                         pass
@@ -270,19 +283,17 @@ class RestHandler(BaseHTTPRequestHandler):
                     raise invalid("chunked request body ended inside a chunk")
                 chunks.append(chunk)
                 self.rfile.readline(8)
-        lengths = set(self.headers.get_all("Content-Length") or [])
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or []}
         if not lengths:
             return b""
         if len(lengths) > 1:  # RFC 9112, 6.3: differing lengths make the framing invalid
             self.close_connection = True
             raise invalid(f"conflicting Content-Length headers: {', '.join(sorted(lengths))}")
         length = lengths.pop()
-        try:
-            length = int(length)
-        except ValueError:
-            raise invalid(f"bad Content-Length: {length!r}") from None
-        if length < 0:
-            raise invalid(f"bad Content-Length: {length}")
+        if not (length.isascii() and length.isdigit()):  # RFC 9110, 8.6: 1*DIGIT
+            self.close_connection = True
+            raise invalid(f"bad Content-Length: {length!r}")
+        length = int(length)
         if length > limit:
             raise BodyTooLarge(length)
         body = self._read(length, deadline)
