@@ -101,6 +101,12 @@ class LengthBatches(keras.utils.PyDataset):
     def on_epoch_end(self):
         if self.shuffle:
             self.rng.shuffle(self.order)
+        # Keras reads the input signature off the first two batches: give them different widths
+        # (when there are two) so that the width is a dynamic axis, not the first batch's.
+        widths = [self.batches[i][0].shape[1] for i in self.order]
+        other = next((n for n, w in enumerate(widths) if w != widths[0]), None)
+        if other is not None:
+            self.order[[1, other]] = self.order[[other, 1]]
 
 
 def branching_tree(n, left):

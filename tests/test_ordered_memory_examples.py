@@ -132,3 +132,17 @@ def test_recorded_outputs_are_consistent():
         assert bench["steps_per_s"][mode] == pytest.approx(1000 / ms, rel=1e-2)
         assert bench["ms_per_step_spread"][mode] == [min(bench["ms_per_step_rounds"][mode]),
                                                      max(bench["ms_per_step_rounds"][mode])]
+
+
+def test_the_first_two_batches_differ_in_width(listops, logic):
+    """Keras takes the input signature from the first two batches: with equal widths there the
+    width would be fixed and a longer batch later an error."""
+    ids = np.zeros((8, 6), np.int32)
+    for row, n in enumerate([2, 2, 2, 2, 2, 2, 5, 6]):
+        ids[row, :n] = 1
+    for shuffle in (False, True):
+        batches = listops.LengthBatches(ids, np.arange(8), 2, seed=0, shuffle=shuffle)
+        assert batches[0][0].shape[1] != batches[1][0].shape[1]
+        pairs = logic.PairBatches(ids, ids, np.arange(8), 2, seed=0, shuffle=shuffle)
+        assert pairs[0][0][0].shape[1] != pairs[1][0][0].shape[1]
+        assert sorted(len(pairs[i][1]) for i in range(len(pairs))) == [2, 2, 2, 2]
