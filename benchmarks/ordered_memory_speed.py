@@ -13,7 +13,8 @@ by slot. This script times the remaining choices:
 * ``train``: ``model.train_on_batch`` (Adam); ``train_xla``: compiled with XLA.
 
 Batches are generated ListOps expressions (seeded), all padded to ``--max-length`` (one shape:
-every mode traces and compiles once; padded steps still cost their cells).
+every mode traces and compiles once; padded steps still cost their cells), or each to its own
+longest with ``--pad-to-batch`` (every width traced and compiled before the timings).
 The dynamic threshold only pays when the attention is sharp, as after training: ``--weights``
 loads a trained classifier's weights (e.g. the checkpoint of
 ``examples/ordered_memory_listops.py``; the flags must match its sizes); without it the weights
@@ -52,6 +53,9 @@ def parse_args(argv=None):
     p.add_argument("--attention", choices=("stick_breaking", "softmax"),
                    default="stick_breaking", help="OrderedMemory's attention normalisation")
     p.add_argument("--weights", default=None, help="a trained classifier's .weights.h5")
+    p.add_argument("--pad-to-batch", action="store_true",
+                   help="pad each batch to its own longest expression instead of --max-length "
+                        "(every width is traced, and compiled, before the timings)")
     p.add_argument("--mode", action="append", choices=MODES, default=None,
                    help="modes to time (repeatable; default all)")
     p.add_argument("--iters", type=int, default=10, help="timed batches per round")
@@ -95,8 +99,10 @@ def main(argv=None):
                                 max_depth=a.max_depth, max_length=a.max_length)
     batches, real_tokens = [], 0
     for start in range(0, len(examples), a.batch):
-        # Every batch padded to --max-length: one shape, one trace (and one XLA compilation).
-        ids, labels = encode_listops(examples[start:start + a.batch], a.max_length)
+        # Padded to --max-length: one shape, one trace (and one XLA compilation); or to the
+        # batch's longest (--pad-to-batch; with --batch 1 no padding at all).
+        ids, labels = encode_listops(examples[start:start + a.batch],
+                                     None if a.pad_to_batch else a.max_length)
         batches.append((ids, labels))
     real_tokens = sum(int((ids > 0).sum()) for ids, _ in batches[a.warmup:])
     timed_batches = len(batches) - a.warmup
@@ -123,7 +129,8 @@ def main(argv=None):
 
             def step(batch, forward=forward):
                 return forward(tf.constant(batch[0])).numpy()
-        step(batches[0])  # traces (and compiles): out of the timings
+        for batch in batches if a.pad_to_batch else batches[:1]:
+            step(batch)  # traces (and compiles) every shape: out of the timings
         steps[mode] = step
         if not mode.startswith("train"):
             first[mode] = np.concatenate([step(b) for b in batches[:2]])
@@ -147,8 +154,10 @@ def main(argv=None):
                      "as real ones)",
         "config": {k: getattr(a, k) for k in ("batch", "max_length", "max_depth", "units",
                                               "slots", "threshold", "attention", "weights",
-                                              "mode", "iters", "warmup", "rounds", "seed")},
+                                              "pad_to_batch", "mode", "iters", "warmup",
+                                              "rounds", "seed")},
         "batch_shape": list(batches[0][0].shape),
+        "mean_batch_width": round(float(np.mean([b[0].shape[1] for b in batches])), 1),
         "real_tokens_per_batch": round(tokens_per_batch, 1),
         "ms_per_step_median": {m: round(1000 * t, 2) for m, t in med.items()},
         "ms_per_step_rounds": {m: [round(1000 * t, 2) for t in ts] for m, ts in per_round.items()},

@@ -330,3 +330,16 @@ def test_gradients_compile_with_xla():
     assert all(np.abs(g.numpy()).max() > 0 for g in eager_grads)
     train_grads = tf.function(lambda v: loss_and_grads(v, True), jit_compile=True)(x)[1]
     assert all(np.all(np.isfinite(g.numpy())) for g in train_grads)
+
+
+def test_docstring_example():
+    import doctest
+
+    from glomo_tf.layers.related import ordered_memory
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = doctest.DocTestFinder().find(ordered_memory)
+    assert sum(len(t.examples) for t in tests) >= 6
+    for test in tests:
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed"
