@@ -12,6 +12,17 @@ layer between them:
 * ``mha``: ``Embedding -> keras.layers.MultiHeadAttention`` self-attention (``--heads`` heads of
   ``d // heads``, so the same width ``d``) ``-> GlobalAveragePooling1D -> Dense``.
 
+and, on request, variants of ``glomo``:
+
+* ``glomo_cached`` (``--cache``): the same model trained through
+  :class:`glomo_tf.data.graph_cache.GraphFedModel` on graphs computed once
+  (:func:`glomo_tf.data.graph_cache.compute_graphs`, dense): the step of every epoch after the
+  first. What filling the cache costs (the first epoch's extra work) is timed separately,
+  ``cache_fill`` in the JSON, in total and per batch;
+* ``glomo_topk`` (``--top-k K``): ``GlomoTransfer(top_k=K)``, the predictor run online and its
+  graphs cut to the K heaviest sources per unit, mixed by gather + weighted sum;
+* ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form.
+
 Each model is compiled (Adam, sparse categorical cross-entropy; ``jit_compile`` from ``--xla``) and
 ``model.train_on_batch`` is timed on random token ids with every position real (the call returns
 the loss as NumPy, so the step has finished). Rounds interleave the three models so that they see
@@ -25,6 +36,7 @@ Examples::
     python benchmarks/transfer_overhead.py --batch 32 --seq 64 --d 128 --layers 2 --heads 4
     python benchmarks/transfer_overhead.py --xla --iters 20 --rounds 5
     python benchmarks/transfer_overhead.py --propagation chained  # the O(T^2) form at any T
+    python benchmarks/transfer_overhead.py --cache --top-k 8 --rounds 5  # cache and top-k too
 """
 
 import argparse
@@ -32,6 +44,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +68,14 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=None,
                    help="TF intra- and inter-op threads (default: TensorFlow's, all cores)")
     p.add_argument("--seed", type=int, default=1111)
+    p.add_argument("--cache", action="store_true",
+                   help="also time glomo_cached: graphs computed once (glomo_tf.data.graph_cache)")
+    p.add_argument("--top-k", type=int, default=None, metavar="K",
+                   help="also time glomo_topk (GlomoTransfer(top_k=K)); with --cache also "
+                        "glomo_cached_topk (the cache in the top-K form)")
     a = p.parse_args(argv)
+    if a.top_k is not None and a.top_k < 1:
+        p.error("--top-k must be >= 1")
     a.head_dim = a.head_dim or a.d // 2
     if min(a.batch, a.seq, a.d, a.layers, a.heads, a.mixtures, a.iters, a.rounds) < 1 \
             or a.warmup < 0:
@@ -65,24 +85,41 @@ def parse_args(argv=None):
     return a
 
 
+def variants(a):
+    """The models to time: none, glomo, mha, then the requested glomo variants."""
+    out = list(VARIANTS)
+    if a.cache:
+        out.append("glomo_cached")
+    if a.top_k:
+        out.append("glomo_topk")
+    if a.cache and a.top_k:
+        out.append("glomo_cached_topk")
+    return out
+
+
 def build_model(a, variant, keras):
     from glomo_tf import GlomoTransfer, GraphPredictor
 
     ids = keras.Input((None,), dtype="int32", name="ids")
     h = keras.layers.Embedding(a.vocab, a.d, mask_zero=True, name="embedding")(ids)
     predictor = None
-    if variant == "glomo":
+    if variant.startswith("glomo"):
         predictor = GraphPredictor(
             vocabulary_size=a.vocab, hidden_dim=a.d, num_layers=a.layers, num_heads=a.heads,
             head_dim=a.head_dim, conv_layers=a.conv_layers, kernel_size=a.kernel,
             name="graph_predictor")
+        top_k = a.top_k if variant == "glomo_topk" else None
         h = GlomoTransfer(predictor, num_mixtures=a.mixtures, propagation=a.propagation,
-                          name="glomo_transfer")([h, ids])
+                          top_k=top_k, name="glomo_transfer")([h, ids])
     elif variant == "mha":
         h = keras.layers.MultiHeadAttention(a.heads, a.d // a.heads, name="mha")(h, h)
     pooled = keras.layers.GlobalAveragePooling1D(name="pool")(h)
     logits = keras.layers.Dense(NUM_CLASSES, name="classifier")(pooled)
     model = keras.Model(ids, logits, name=f"classifier_{variant}")
+    if variant.startswith("glomo_cached"):
+        from glomo_tf.data.graph_cache import GraphFedModel
+
+        model = GraphFedModel(model)
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=a.xla)
@@ -90,6 +127,7 @@ def build_model(a, variant, keras):
 
 
 def main(argv=None):
+    wall_start = time.perf_counter()
     a = parse_args(argv)
     import numpy as np
     import keras
@@ -103,33 +141,43 @@ def main(argv=None):
                 rng.integers(0, NUM_CLASSES, (a.batch,)).astype("int32"))
                for _ in range(a.warmup + a.iters)]
 
-    models, steps, first_loss, params = {}, {}, {}, {}
-    predictor, predictor_before = None, None
-    for variant in VARIANTS:
+    names = variants(a)
+    models, steps, first_loss, params, inputs = {}, {}, {}, {}, {}
+    predictor, predictor_before, cache_fill = None, None, {}
+    for variant in names:
         keras.utils.set_random_seed(a.seed)
         model, p = build_model(a, variant, keras)
-        if p is not None:
+        if variant == "glomo":
             predictor = p
             predictor_before = [w.numpy().copy() for w in predictor.weights]
+        inputs[variant] = batches
+        if variant.startswith("glomo_cached"):
+            inputs[variant], cache_fill[variant] = cached_batches(a, p, batches, variant)
 
         def step(batch, model=model):
             return float(model.train_on_batch(*batch))  # NumPy loss: the step has finished
 
         models[variant], steps[variant] = model, step
-        first_loss[variant] = round(step(batches[0]), 4)  # traces; out of the timings
+        first_loss[variant] = round(step(inputs[variant][0]), 4)  # traces; out of the timings
         params[variant] = {
             "trainable": int(sum(np.prod(w.shape) for w in model.trainable_weights)),
             "non_trainable": int(sum(np.prod(w.shape) for w in model.non_trainable_weights))}
 
-    per_round = {v: [] for v in VARIANTS}
+    per_round = {v: [] for v in names}
     for _ in range(a.rounds):
-        for variant in VARIANTS:
-            per_round[variant].append(_harness.median_seconds(steps[variant], batches, a.warmup))
+        for variant in names:
+            per_round[variant].append(_harness.median_seconds(steps[variant], inputs[variant],
+                                                              a.warmup))
     predictor_unchanged = all(np.array_equal(before, w.numpy())
                               for before, w in zip(predictor_before, predictor.weights))
 
     med = {v: statistics.median(ts) for v, ts in per_round.items()}
-    added = {v: med[v] - med["none"] for v in ("glomo", "mha")}
+    added = {v: med[v] - med["none"] for v in names if v != "none"}
+    ratios = {v: round(added[v] / added["mha"], 3) if added["mha"] else None
+              for v in names if v.startswith("glomo")}
+    ratio_rounds = {v: [round((t - n) / (m - n), 3) if m != n else None
+                        for n, t, m in zip(per_round["none"], per_round[v], per_round["mha"])]
+                    for v in ratios}
     rounds_ratio = [(g - n) / (m - n) if m != n else None
                     for n, g, m in zip(*(per_round[v] for v in VARIANTS))]
     result = {
@@ -139,7 +187,7 @@ def main(argv=None):
         "config": {k: getattr(a, k) for k in ("batch", "seq", "d", "vocab", "layers", "heads",
                                               "head_dim", "conv_layers", "kernel", "mixtures",
                                               "propagation", "xla", "iters", "warmup", "rounds",
-                                              "seed")},
+                                              "seed", "cache", "top_k", "threads")},
         "ms_per_step_median": {v: round(1000 * t, 3) for v, t in med.items()},
         "ms_per_step_rounds": {v: [round(1000 * t, 3) for t in ts] for v, ts in per_round.items()},
         "added_ms_per_step": {v: round(1000 * t, 3) for v, t in added.items()},
@@ -148,6 +196,11 @@ def main(argv=None):
         "ratio_glomo_added_over_mha_added_rounds": [None if r is None else round(r, 3)
                                                     for r in rounds_ratio],
         "ratio_step_glomo_over_mha": round(med["glomo"] / med["mha"], 3),
+        "ratio_added_over_mha_added": ratios,
+        "ratio_added_over_mha_added_rounds": ratio_rounds,
+        "ratio_added_over_mha_added_range": {
+            v: [min(r), max(r)] if None not in r else None for v, r in ratio_rounds.items()},
+        "cache_fill": cache_fill,
         "parameters": params,
         "first_step_loss": first_loss,
         "predictor_frozen_and_unchanged": bool(predictor_unchanged and not predictor.trainable),
@@ -156,6 +209,9 @@ def main(argv=None):
                            "of 2 L K candidates per direction applied to H (chained, or as mixed "
                            "T x T graphs: config.propagation) and the gated fusion, forward and "
                            "backward (no gradient into the predictor)",
+        "command": "python benchmarks/transfer_overhead.py " + " ".join(
+            sys.argv[1:] if argv is None else argv),
+        "wall_s": round(time.perf_counter() - wall_start, 1),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -164,6 +220,32 @@ def main(argv=None):
     }
     print(json.dumps(result, indent=1))
     return 0
+
+
+def cached_batches(a, predictor, batches, variant):
+    """The batches as ``((ids, graphs...), labels)`` from a cache of their sentences' graphs,
+    and what filling it took (the first epoch's extra work): ``{"ms_total", "ms_per_batch",
+    "batches", "cache_mb", "exact"}``."""
+    from glomo_tf.data import graph_cache
+
+    import numpy as np
+
+    ids = np.concatenate([x for x, _ in batches])
+    top_k = a.top_k if variant == "glomo_cached_topk" else None
+    start = time.perf_counter()
+    cache = graph_cache.compute_graphs(predictor, ids, top_k=top_k, batch_size=a.batch)
+    seconds = time.perf_counter() - start
+    out, row = [], 0
+    for x, y in batches:
+        graphs = graph_cache.batch_of(cache, range(row, row + len(x)), x.shape[1])
+        graphs = graphs if isinstance(graphs, tuple) else (graphs,)
+        out.append(((x, *graphs), y))
+        row += len(x)
+    return out, {"ms_total": round(1000 * seconds, 3),
+                 "ms_per_batch": round(1000 * seconds / len(batches), 3),
+                 "batches": len(batches), "cache_mb": round(cache.nbytes / 2 ** 20, 3),
+                 "exact": cache.exact,
+                 "note": "includes tracing the predictor's call once (a first call)"}
 
 
 if __name__ == "__main__":

@@ -140,14 +140,20 @@ def format_statistics(result, uniform=None):
 
 def format_edges(item, top_k):
     """Lines ``unit: forward layer l -> source (weight) ...`` for one sentence."""
+    from glomo_tf import ops
+
     tokens, graphs = item["tokens"], item["graphs"]
     lines = [f"\n{' '.join(tokens)}"]
+    # The heaviest sources of every row, ties to the lower position: the compact form that
+    # GlomoTransfer(top_k=...) and the graph cache use.
+    indices, weights = (np.asarray(x) for x in ops.top_k_sources(np.asarray(graphs, np.float32),
+                                                                  top_k))
     for t, token in enumerate(tokens):
         parts = []
         for z in range(len(DIRECTIONS)):
             for layer in range(graphs.shape[1]):
                 row = graphs[z, layer, t]
-                best = [s for s in np.argsort(-row, kind="stable")[:top_k] if row[s] > 0]
+                best = [s for s, w in zip(indices[z, layer, t], weights[z, layer, t]) if w > 0]
                 edges = ", ".join(f"{tokens[s]}@{s} {row[s]:.2f}" for s in best) or "-"
                 parts.append(f"{('fw', 'bw')[z]}{layer + 1}: {edges}")
         lines.append(f"  {t:3d} {token:<14} " + " | ".join(parts))

@@ -93,3 +93,45 @@ def test_explicit_skipped_beyond_max_t():
     assert "--max-explicit-T 64" in module.explicit_skip_reason(a, 128, "forward")
     huge = module.parse_args(["--batch", "4096", "--heads", "64"])  # ~ petabytes of products
     assert "exceeds" in module.explicit_skip_reason(huge, 1024, "forward_backward")
+
+
+@pytest.mark.slow
+def test_transfer_overhead_cache_and_top_k_modes():
+    """--cache --top-k add glomo_cached, glomo_topk and glomo_cached_topk beside the three
+    models, each with its added cost's ratio to self-attention's, and the cache's filling cost."""
+    result = finish(start("transfer_overhead.py", [*OVERHEAD_ARGS, "--cache", "--top-k", "2"]))
+    variants = {"none", "glomo", "mha", "glomo_cached", "glomo_topk", "glomo_cached_topk"}
+    assert set(result["ms_per_step_median"]) == variants
+    assert all(v > 0 for v in result["ms_per_step_median"].values())
+    assert set(result["ratio_added_over_mha_added"]) == variants - {"none", "mha"}
+    assert all(len(r) == 1 for r in result["ratio_added_over_mha_added_rounds"].values())
+    assert result["ratio_added_over_mha_added"]["glomo"] == \
+        result["ratio_glomo_added_over_mha_added"]
+    fill = result["cache_fill"]
+    assert set(fill) == {"glomo_cached", "glomo_cached_topk"}
+    assert fill["glomo_cached"]["exact"] is True and fill["glomo_cached"]["ms_total"] > 0
+    assert fill["glomo_cached"]["batches"] == 1
+    assert (result["config"]["cache"], result["config"]["top_k"]) == (True, 2)
+    # Fresh weights: the cached model starts from the online one's, so the first losses agree.
+    assert result["first_step_loss"]["glomo_cached"] == pytest.approx(
+        result["first_step_loss"]["glomo"], abs=1e-3)
+
+
+@pytest.mark.slow
+def test_sparse_mixture_json():
+    args = ["--seq", "8", "12", "--batch", "2", "--d", "4", "--layers", "2", "--heads", "2",
+            "--support", "3", "--top-k", "2", "3", "--iters", "1", "--warmup", "0", "--rounds",
+            "1"]
+    result = finish(start("sparse_mixture.py", args))
+    forms = {"dense", "dense_chained", "top_k=2", "top_k=3"}
+    assert set(result["results"]) == forms
+    for form in forms:
+        for t in ("8", "12"):
+            out = result["results"][form][t]
+            assert out["ms_median"] > 0 and out["peak_mb"] >= 0 and out["input_mb"] > 0
+    diffs = result["max_abs_diff_vs_dense"]
+    # k >= the rows' support holds the graphs exactly; k below it drops sources.
+    assert all(diffs[form][t] < 1e-5 for form in ("dense_chained", "top_k=3") for t in ("8", "12"))
+    assert all(diffs["top_k=2"][t] > 1e-3 for t in ("8", "12"))
+    assert result["results"]["top_k=2"]["12"]["input_mb"] < result["results"]["dense"]["12"][
+        "input_mb"]

@@ -82,6 +82,31 @@ def test_transfer_end_to_end_with_a_run_dir(task, capsys):
 
 
 @pytest.mark.slow
+def test_graph_cache_gives_the_online_results_and_top_k_runs(task, capsys):
+    """--graph-cache and the online default (--no-graph-cache): the same accuracies and epochs
+    on this task, flags recorded; --top-k runs the GLoMo variant on its graphs' 2 heaviest
+    sources per unit, cached or online."""
+    root, data, run_dir = task
+    common = ["transfer", "--run", str(run_dir), "--dataset", "file", "--file", str(data),
+              "--text-column", "sentence", "--label-column", "class", "--variants",
+              "glomo_embeddings", "--seeds", "0", "--epochs", "2", "--max-length", "16", *TINY]
+    runs = (("--graph-cache",), (), ("--graph-cache", "--top-k", "2"), ("--top-k", "2"))
+    results = {}
+    for flags in runs:
+        out = root / ("out" + "".join(flags))
+        assert cli.main([*common, *flags, "--output-dir", str(out)]) == 0
+        results[flags] = json.loads((out / "results.json").read_text())
+    printed = capsys.readouterr().out
+    assert printed.count("Graph cache: 198 sentences") == 2 and "top-2, exact" in printed
+    cached, online, cached_top, online_top = (results[flags] for flags in runs)
+    assert (cached["config"]["graph_cache"], online["config"]["graph_cache"]) == (True, False)
+    assert cached_top["config"]["top_k"] == 2 and cached["config"]["top_k"] is None
+    for a, b in ((cached, online), (cached_top, online_top)):
+        assert [(r["accuracy"], r["epochs_run"]) for r in a["runs"]] == [
+            (r["accuracy"], r["epochs_run"]) for r in b["runs"]]
+
+
+@pytest.mark.slow
 def test_transfer_without_a_run_builds_its_own_tokenizer(tmp_path, capsys):
     classes = tmp_path / "classes"
     classes.mkdir()
@@ -132,6 +157,7 @@ def test_paired_comparison_numbers():
     (["--dataset", "mr", "--model", "/x.keras"], "--model and --tokenizer go together"),
     (["--dataset", "mr", "--split", "kfold", "--folds", "1"], "--folds must be >= 2"),
     (["--dataset", "mr", "--transfer-dropout", "1.0"], "--transfer-dropout must be in [0, 1)"),
+    (["--dataset", "mr", "--variants", "baseline", "--top-k", "0"], "--top-k must be >= 1"),
     (["--dataset", "sst2_tfds", "--variants", "baseline", "--split", "kfold"], "official test set"),
     (["--dataset", "sst2", "--variants", "baseline", "--split", "kfold"], "official test set"),
 ])

@@ -106,8 +106,9 @@ def register(subparsers):
                        default=D.graph_cache,
                        help="GLoMo variants: compute the frozen predictor's graphs once per "
                             "sentence and reuse them every epoch instead of running the "
-                            "predictor on every batch (same results up to float round-off; "
-                            "default on; --no-graph-cache runs it online)")
+                            "predictor on every batch (outputs and gradients equal up to float "
+                            "round-off, about 1e-7, so trained runs are not bit for bit the "
+                            "online ones; default off)")
     speed.add_argument("--top-k", type=int, default=D.top_k, metavar="K",
                        help="GLoMo variants: keep the K heaviest sources of every receiving unit "
                             "and mix the graphs in that sparse form (gather + weighted sum); "
