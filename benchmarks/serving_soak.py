@@ -55,6 +55,9 @@ def parse_args(argv=None):
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--max-text-bytes", type=int, default=1 << 20,
                    help="the server's --max_text_bytes")
+    p.add_argument("--long-text-mb", type=float, default=0,
+                   help="also time one text of this many MiB (raises the server's "
+                        "--max_text_bytes and --max_request_bytes to fit it; 0: no)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-name", default="glomo")
     args = p.parse_args(argv)
@@ -115,12 +118,14 @@ def main(argv=None):
     want = {i: {k: v.numpy() for k, v in reference["serving_default"](
         text=tf.constant([texts[i]])).items()} for i in range(len(texts))}
     grpc_port, rest_port = free_port(), free_port()
+    long_bytes = int(args.long_text_mb * 2 ** 20)
     started = time.time()
     server = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, "serve", f"--port={grpc_port}",
          f"--rest_api_port={rest_port}", f"--model_name={args.model_name}",
          f"--model_base_path={base}", "--file_system_poll_wait_seconds=0",
-         f"--max_text_bytes={args.max_text_bytes}"],
+         f"--max_text_bytes={max(args.max_text_bytes, long_bytes + 1)}",
+         f"--max_request_bytes={max(64 << 20, long_bytes + 1024)}"],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     predict = f"/v1/models/{args.model_name}:predict"
     large_body = json.dumps({"signature_name": "graphs_from_ids",
@@ -153,6 +158,18 @@ def main(argv=None):
             **percentiles(large)}
         print(f"large requests: RSS {rss_loaded:.0f} MB loaded, {rss_first:.0f} MB after the "
               f"first, {rss_last:.0f} MB after {args.large_requests}", file=sys.stderr)
+
+        if long_bytes:
+            words = ("the cat sat on the mat . " * (long_bytes // 25 + 1))[:long_bytes]
+            body = json.dumps({"instances": [words]}).encode()
+            begin = time.perf_counter()
+            status, answer = http(rest_port, "POST", predict, body)
+            seconds = time.perf_counter() - begin
+            if status != 200 or not json.loads(answer)["predictions"][0]["truncated"]:
+                raise RuntimeError(f"long text: HTTP {status}: {answer[:300]!r}")
+            result["long_text"] = {"mb": args.long_text_mb, "seconds": round(seconds, 2),
+                                   "rss_after_mb": round(rss_mb(server.pid))}
+            print(f"long text of {args.long_text_mb} MiB: {seconds:.2f} s", file=sys.stderr)
 
         # 2. Mixed traffic.
         if args.minutes > 0:
