@@ -229,10 +229,22 @@ def densify_top_k(indices, weights, length=None):
     ``length`` (default ``T``, the rows' axis) is the number of source positions. Slots with
     weight 0 add nothing, so padding slots are harmless.
     """
+    indices, weights = tf.convert_to_tensor(indices), tf.convert_to_tensor(weights)
     if length is None:
         length = tf.shape(indices)[-2]
-    one_hot = tf.one_hot(indices, length, dtype=weights.dtype)  # [..., T, k, S]
-    return tf.reduce_sum(one_hot * weights[..., None], axis=-2)
+    shape = tf.shape(indices)
+    rows = tf.reduce_prod(shape[:-1])
+    # One segment per (row, source): the slots' weights summed into their sources, O(rows k).
+    segments = tf.range(rows)[:, None] * length + tf.reshape(tf.cast(indices, tf.int32),
+                                                            [rows, -1])
+    dense = tf.math.unsorted_segment_sum(tf.reshape(weights, [-1]), tf.reshape(segments, [-1]),
+                                         rows * length)
+    out = tf.reshape(dense, tf.concat([shape[:-1], [length]], axis=0))
+    if isinstance(length, int):
+        out.set_shape(indices.shape[:-1] + [length])
+    else:
+        out.set_shape(indices.shape[:-1] + [None])
+    return out
 
 
 def propagate_top_k(indices, weights, features):
@@ -252,10 +264,11 @@ def propagate_top_k(indices, weights, features):
     flat = tf.reshape(indices, [batch, -1])
     gathered = tf.gather(features, flat, batch_dims=1)  # [B, 2 L K T k, d]
     gathered = tf.reshape(gathered, [batch, 2, num_layers, num_heads, steps, k, width])
-    single = tf.einsum("bzlktj,bzlktjd->bzlktd", weights, gathered)
+    # Multiply and sum (not an einsum: that becomes a batch of tiny matmuls, twice as slow).
+    single = tf.reduce_sum(weights[..., None] * gathered, axis=-2)
     chained = [single[:, :, 0]]
     for layer in range(1, num_layers):
         # [B, 2, K, T, d] gathered by [B, 2, K, T, k] along T -> [B, 2, K, T, k, d]
         previous = tf.gather(chained[-1], indices[:, :, layer], batch_dims=3)
-        chained.append(tf.einsum("bzktj,bzktjd->bzktd", weights[:, :, layer], previous))
+        chained.append(tf.reduce_sum(weights[:, :, layer][..., None] * previous, axis=-2))
     return single, tf.stack(chained, axis=2)

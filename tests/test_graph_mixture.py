@@ -356,9 +356,11 @@ def numpy_top_k(graphs, k):
     return indices, weights, kept
 
 
+@pytest.mark.parametrize("propagation", ["auto", "chained", "explicit"])
 @pytest.mark.parametrize("k", [2, T])
 @pytest.mark.parametrize("include_products,conditioned", [(True, True), (False, False)])
-def test_top_k_form_matches_numpy_on_the_kept_sources(rng, k, include_products, conditioned):
+def test_top_k_form_matches_numpy_on_the_kept_sources(rng, k, include_products, conditioned,
+                                                      propagation):
     """The (indices, weights) form gives the NumPy mixture of the graphs it holds: the dense
     graphs themselves when k covers every row (k = T), each row's k heaviest sources otherwise."""
     features = rng.normal(size=(B, T, D)).astype("float32")
@@ -371,7 +373,7 @@ def test_top_k_form_matches_numpy_on_the_kept_sources(rng, k, include_products, 
     else:
         assert not np.allclose(kept, graphs)  # truncation changed something
     mix = GraphMixture(num_mixtures=2, conditioned=conditioned,
-                       include_products=include_products)
+                       include_products=include_products, propagation=propagation)
     mix.build(features.shape, (indices.shape, weights.shape))
     values = randomize(mix, rng)
     kernel = values.get("weight_kernel")
@@ -409,3 +411,25 @@ def test_top_k_form_errors():
     mix.build(features.shape, (1, 2, 1, 1, 3, 2))
     with pytest.raises(ValueError, match="Top-k graphs must be"):
         mix(features, (np.zeros((1, 3, 2), "int32"), np.zeros((1, 3, 2), "float32")))
+
+
+def test_top_k_form_with_run_time_length_chooses_gather_or_dense_alike(rng, monkeypatch):
+    """With T known at run time only, "auto" picks gather or the densified graphs by tf.cond;
+    both branches give the NumPy mixture of the kept sources."""
+    from glomo_tf.layers import graph_mixture
+
+    features = rng.normal(size=(B, T, D)).astype("float32")
+    graphs = random_graphs(rng)
+    indices, weights, kept = numpy_top_k(graphs, 2)
+    mix = GraphMixture(num_mixtures=2)
+    mix.build(features.shape, (indices.shape, weights.shape))
+    values = randomize(mix, rng)
+    expected = numpy_mixture(features, kept, values["weight_logits"], values["weight_kernel"],
+                             values["scale"], True)
+    for ratio in (1, 1000):  # T >= ratio * k: gather; otherwise dense
+        monkeypatch.setattr(graph_mixture, "GATHER_MIN_RATIO", ratio)
+        call = tf.function(lambda h, i, w: mix(h, (i, w)), input_signature=[
+            tf.TensorSpec([None, None, D]), tf.TensorSpec([None, 2, L, K, None, None], tf.int32),
+            tf.TensorSpec([None, 2, L, K, None, None])])
+        np.testing.assert_allclose(call(features, indices, weights).numpy(), expected,
+                                   rtol=1e-4, atol=1e-5)

@@ -7,6 +7,10 @@ from glomo_tf import ops
 
 GRAPH_MODES = ("learned", "uniform")
 PROPAGATIONS = ("auto", "chained", "explicit")
+# The top-k form is applied by gather from T >= GATHER_MIN_RATIO * k on, as the dense graphs it
+# holds below (benchmarks/sparse_mixture.py: with k = 8 the gather path catches up with the dense
+# one at about T = 512 on a CPU core, forward and backward).
+GATHER_MIN_RATIO = 64
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -37,8 +41,10 @@ class GraphMixture(keras.layers.Layer):
     ``[batch, 2, L, K, T, k]`` (:func:`glomo_tf.ops.top_k_sources`: the ``k`` heaviest sources of
     each receiving unit). The candidates are then applied by gather and weighted sum
     (:func:`glomo_tf.ops.propagate_top_k`, ``O(T k d)`` per candidate, the chains still applied as
-    chains), whatever ``propagation`` says; the result equals the dense one on the graphs the form
-    holds (exactly the dense graphs when ``k`` covers every row's sources).
+    chains) with ``propagation="chained"``, as the dense graphs the form holds with
+    ``"explicit"``, and with ``"auto"`` by gather from ``T >= 64 k`` on (:data:`GATHER_MIN_RATIO`:
+    below it the dense products are faster on a CPU); every way gives the dense result on the
+    graphs the form holds (exactly the dense graphs when ``k`` covers every row's sources).
 
     Args:
         num_mixtures: int, mixtures per direction.
@@ -134,7 +140,41 @@ class GraphMixture(keras.layers.Layer):
             raise ValueError("A learned GraphMixture needs graphs [batch, 2, L, K, T, T].")
         weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
         if _is_top_k(graphs):
-            return self._top_k(features, graphs, weights) * scale[None, None, :, :, None]
+            graphs = tuple(tf.convert_to_tensor(part) for part in graphs)
+            if len(graphs[0].shape) != 6 or len(graphs[1].shape) != 6:
+                raise ValueError(
+                    "Top-k graphs must be (indices, weights), both [batch, 2, L, K, T, k]; got "
+                    f"shapes {tuple(graphs[0].shape)} and {tuple(graphs[1].shape)}.")
+            sparse = self._gather_is_cheaper(graphs, features)
+            if isinstance(sparse, bool) and sparse:
+                return self._top_k(features, graphs, weights) * scale[None, None, :, :, None]
+            indices, values = graphs
+
+            def densified():
+                dense = ops.densify_top_k(indices, tf.cast(values, self.compute_dtype),
+                                          tf.shape(features)[1])
+                dense.set_shape(indices.shape[:-1] + [features.shape[1]])
+                return self._dense(features, dense, weights)
+
+            if isinstance(sparse, bool):
+                return densified() * scale[None, None, :, :, None]
+            return tf.cond(sparse, lambda: self._top_k(features, graphs, weights),
+                           densified) * scale[None, None, :, :, None]
+        return self._dense(features, graphs, weights) * scale[None, None, :, :, None]
+
+    def _gather_is_cheaper(self, graphs, features):
+        """For the top-k form: whether to apply it by gather (True) or as the dense graphs it
+        holds (False): ``propagation="chained"`` always gathers, ``"explicit"`` never; ``"auto"``
+        gathers from ``T >= GATHER_MIN_RATIO * k`` on (a bool, or a scalar tensor when ``T`` or
+        ``k`` is known at run time only)."""
+        if self.propagation != "auto":
+            return self.propagation == "chained"
+        k = graphs[0].shape[-1] or tf.shape(graphs[0])[-1]
+        steps = features.shape[1] or tf.shape(features)[1]
+        return steps >= GATHER_MIN_RATIO * k
+
+    def _dense(self, features, graphs, weights):
+        """``M H`` (unscaled) of dense graphs, by the call's propagation."""
         graphs = tf.cast(graphs, self.compute_dtype)
         if self.propagation == "auto":
             # A Python bool when T is known at trace time, a scalar tensor (tf.cond) otherwise.
@@ -144,11 +184,9 @@ class GraphMixture(keras.layers.Layer):
         else:
             explicit = self.propagation == "explicit"
         if isinstance(explicit, bool):
-            mixed = (self._explicit if explicit else self._chained)(features, graphs, weights)
-        else:
-            mixed = tf.cond(explicit, lambda: self._explicit(features, graphs, weights),
-                            lambda: self._chained(features, graphs, weights))
-        return mixed * scale[None, None, :, :, None]
+            return (self._explicit if explicit else self._chained)(features, graphs, weights)
+        return tf.cond(explicit, lambda: self._explicit(features, graphs, weights),
+                       lambda: self._chained(features, graphs, weights))
 
     def explicit_is_cheaper(self, steps, width, num_layers, num_heads):
         """Whether forming the mixed graphs takes fewer multiply-adds than the chains, for
@@ -169,10 +207,6 @@ class GraphMixture(keras.layers.Layer):
     def _top_k(self, features, graphs, weights):
         """``M H`` from the compact form ``(indices, weights)``: gather + weighted sum."""
         indices, values = graphs
-        if len(indices.shape) != 6 or len(values.shape) != 6:
-            raise ValueError(
-                "Top-k graphs must be (indices, weights), both [batch, 2, L, K, T, k]; got "
-                f"shapes {tuple(indices.shape)} and {tuple(values.shape)}.")
         values = tf.cast(values, self.compute_dtype)
         single, chained = ops.propagate_top_k(tf.cast(indices, tf.int32), values, features)
         candidates = [single, chained] if self.include_products else [single]
