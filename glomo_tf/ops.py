@@ -197,12 +197,13 @@ def top_k_sources(graphs, k):
 
     Returns ``(indices, weights)``, int32 and ``graphs.dtype``, both ``[..., T, k]``: for each
     receiving unit the source positions in decreasing weight (ties: the lower position first) and
-    their weights (slots with weight 0 hold source 0). The form is exact (``densify_top_k`` gives ``graphs`` back) when ``k`` is at
-    least the number of sources with weight in every row; the rows of GLoMo's graphs are sparse by
-    construction (squared ReLU, 1.5-entmax), so a small ``k`` usually is. When ``S < k`` the last
-    ``k - S`` slots are such empty slots. Kept rows are not renormalised: a truncated row
-    sums to less than 1. ``glomo extract`` and :class:`~glomo_tf.layers.GraphMixture` read this
-    form.
+    their weights (slots with weight 0 hold source 0). The form is exact (``densify_top_k``
+    gives ``graphs`` back) when ``k`` is at least the number of sources with weight in every
+    row; the rows of GLoMo's graphs are sparse by construction (squared ReLU, 1.5-entmax), so a
+    small ``k`` often is. When ``S < k`` the last ``k - S`` slots are such empty slots. Kept
+    rows are not renormalised: a truncated row sums to less than 1. ``glomo extract``'s edge
+    listing, :class:`~glomo_tf.GlomoTransfer` (``top_k``), :class:`~glomo_tf.GraphMixture` and
+    :mod:`glomo_tf.data.graph_cache` read this form.
     """
     k = int(k)
     graphs = tf.convert_to_tensor(graphs)
