@@ -194,3 +194,16 @@ def test_errors(rng):
     tuned.get_layer("glomo_embeddings").fine_tune = True
     with pytest.raises(ValueError, match="fine_tune=True"):
         graph_cache.GraphFedModel(tuned)
+
+
+def test_module_example_runs():
+    import doctest
+
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = [t for t in finder.find(graph_cache) if t.examples]
+    assert tests
+    for test in tests:
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted >= 8 and result.failed == 0
