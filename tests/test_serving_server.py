@@ -943,3 +943,24 @@ def test_a_client_that_goes_away_is_one_log_line(server, caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["REST client 127.0.0.1:5555 went away: ConnectionResetError"]
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_float_tokens_are_the_shortest_round_trip_texts_for_sparse_and_dense_arrays(rng):
+    """Mostly-zero arrays take a shortcut for the zeros; every token must still parse back to
+    its float32, keep the sign of zero, and spell non-finite values as TF Serving does."""
+    from glomo_tf.serving.tensors import float_tokens
+    for sparsity in (0.0, 0.9):
+        values = rng.normal(size=(3, 50)).astype(np.float32)
+        values[rng.random(values.shape) < sparsity] = 0.0
+        values[0, :3] = [-0.0, np.nan, -np.inf]
+        tokens = float_tokens(values)
+        for token, value in zip(tokens.ravel().tolist(), values.ravel().tolist()):
+            if np.isnan(value):
+                assert token == "NaN"
+            elif np.isinf(value):
+                assert token == ("Infinity" if value > 0 else "-Infinity")
+            else:
+                assert np.float32(float(token)) == np.float32(value), (token, value)
+                assert np.signbit(float(token)) == np.signbit(value), (token, value)
+                assert token == repr(np.float32(value).item()) or len(token) <= len(
+                    repr(np.float32(value).item())), (token, value)

@@ -314,9 +314,11 @@ class RestHandler(BaseHTTPRequestHandler):
             self.send_header("Access-Control-Allow-Headers", "Content-Type")
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
+        # Headers and body in one write: one system call and one segment for small answers.
+        self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
-            self.wfile.write(body)
+            self._headers_buffer.append(body)
+        self.flush_headers()
 
     def _send_error_json(self, status, message, code=None):
         self._code = code or from_http_status(status)

@@ -191,7 +191,16 @@ def json_to_array(value, dtype_name, limits=DEFAULT_LIMITS, elements_before=0):
 # ----------------------------------------------------------------------------- encoding
 
 def float_tokens(array):
-    tokens = array.astype(str)
+    """Each float's shortest round-trip text; zeros (most of a sparse graph's entries) are
+    written without formatting them one by one."""
+    zero = array == 0
+    if zero.mean() > 0.25 if array.size else False:
+        tokens = np.full(array.shape, "0.0", dtype="<U16")
+        tokens[zero & np.signbit(array)] = "-0.0"
+        rest = ~zero
+        tokens[rest] = array[rest].astype(str)
+    else:
+        tokens = array.astype(str)
     if not np.isfinite(array).all():
         tokens = np.where(np.isnan(array), "NaN", tokens)
         tokens = np.where(np.isposinf(array), "Infinity", tokens)
