@@ -6,7 +6,6 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import ops
-
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
 
@@ -42,7 +41,10 @@ class GlomoTransfer(keras.layers.Layer):
         top_k: None (default: the dense graphs) or int: keep the ``top_k`` heaviest sources of
             every receiving unit (:func:`glomo_tf.ops.top_k_sources`) and apply the mixture on
             that compact form by gather and weighted sum, ``O(T k d)`` per candidate instead of
-            ``O(T^2 d)``. Exact when ``top_k`` is at least every row's number of sources.
+            ``O(T^2 d)`` (with ``propagation="auto"`` from ``T >= 64 top_k`` on, as the dense
+            graphs it holds below: see :class:`GraphMixture`). Exact when ``top_k`` is at least
+            every row's number of sources. It saves time at long sequences only
+            (``benchmarks/outputs/sparse_mixture.json``).
 
     Call arguments:
         inputs: one of
