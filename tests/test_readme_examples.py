@@ -18,8 +18,10 @@ def test_every_python_block_of_the_readme_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        namespace = {}
         for block in blocks:
-            namespace = {"__name__": "__readme__"}
+            if not block.startswith("# Continues the example above"):
+                namespace = {"__name__": "__readme__"}
             exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
     assert not [w for w in caught if issubclass(w.category, UserWarning)], \
         [str(w.message) for w in caught]  # nothing a user pasting it would be warned about

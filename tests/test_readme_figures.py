@@ -192,3 +192,77 @@ def test_transfer_overhead_figures_come_from_the_benchmark_json(readme):
     assert [r["config"]["propagation"] for r in results] == ["auto", "chained"]
     assert all(r["config"]["batch"] == 64 and r["config"]["seq"] == 48 for r in results)
     assert transfer_overhead_row(*results) in readme
+
+
+# ----------------------------------------------------------------------------- Ordered Memory
+
+def ordered_memory_listops_rows(result):
+    """The README's ListOps table, from examples/outputs/ordered_memory_listops.json."""
+    om, lstm = result["models"]["ordered_memory"], result["models"]["lstm"]
+    branching = result["branching_f1"]
+    return [
+        f"| Ordered Memory (stick-breaking) | {100 * om['test_accuracy']:.1f}% | "
+        f"{om['tree_f1']:.1f} | {om['parameters']:,} | {om['train_seconds']:.0f} s |",
+        f"| LSTM, {result['config']['units']} units | {100 * lstm['test_accuracy']:.1f}% | - | "
+        f"{lstm['parameters']:,} | {lstm['train_seconds']:.0f} s |",
+        f"| majority class | {100 * result['data']['majority_test_accuracy']:.1f}% | | | |",
+        f"| left- / right-branching trees | | {branching['left']:.1f} / "
+        f"{branching['right']:.1f} | | |",
+        f"validation accuracy {100 * om['curve'][0]['val_accuracy']:.1f}% after one epoch, "
+        f"{100 * om['curve'][-1]['val_accuracy']:.1f}% after {len(om['curve'])}",
+        f"the LSTM {100 * lstm['curve'][0]['val_accuracy']:.1f}% -> "
+        f"{100 * lstm['curve'][-1]['val_accuracy']:.1f}%",
+        f"{result['wall_seconds']:,.0f} s in all",
+    ]
+
+
+def ordered_memory_logic_rows(result):
+    """The README's logic table, from examples/outputs/ordered_memory_logic_full.json."""
+    operators = [str(k) for k in range(7, 13)]
+
+    def row(label, accuracy):
+        return f"| {label} | " + " | ".join(f"{100 * accuracy[k]:.1f}" for k in operators) + " |"
+
+    models = result["models"]
+    return [row("Ordered Memory", models["ordered_memory"]["test_accuracy"]),
+            row(f"LSTM, {result['config']['units']} units", models["lstm"]["test_accuracy"]),
+            row(f"majority relation (`{result['data']['majority_relation']}`)",
+                result["data"]["majority_test_accuracy"]),
+            f"induced-tree F1 {models['ordered_memory']['tree_f1']:.1f}",
+            f"all {result['data']['train']:,} training pairs",
+            f"{result['wall_seconds']:,.0f} s in all"]
+
+
+def ordered_memory_speed_row(result, mode, label):
+    median = result["ms_per_step_median"]
+    low, high = result["ms_per_step_spread"][mode]
+    return f"{label} {median[mode]:.1f} ms (rounds {low:.1f}-{high:.1f})"
+
+
+def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
+    listops = load("ordered_memory_listops.json")
+    logic = load("ordered_memory_logic_full.json")
+    assert listops["command"].startswith("python examples/ordered_memory_listops.py")
+    for row in ordered_memory_listops_rows(listops) + ordered_memory_logic_rows(logic):
+        assert row in readme, row
+    with open(os.path.join(REPO, "benchmarks", "outputs", "ordered_memory_speed.json"),
+              encoding="utf-8") as handle:
+        speed = json.load(handle)
+    for mode, label in (("infer", "graph mode"), ("infer_xla", "XLA"),
+                        ("train", "training step"), ("train_xla", "training step with XLA")):
+        assert ordered_memory_speed_row(speed, mode, label) in readme
+
+
+def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
+    with open(os.path.join(REPO, "benchmarks", "outputs", "transfer_overhead_cache_topk.json"),
+              encoding="utf-8") as handle:
+        result = json.load(handle)
+    assert result["config"]["cache"] and result["config"]["top_k"] == 8
+    added, ratio = result["added_ms_per_step"], result["ratio_added_over_mha_added"]
+    spread = result["ratio_added_over_mha_added_range"]
+    for mode, label in (("glomo", "online"), ("glomo_cached", "cached"),
+                        ("glomo_cached_topk", "cached top-8")):
+        row = (f"{label} +{added[mode]:.1f} ms, {ratio[mode]:.1f}x (rounds "
+               f"{spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)")
+        assert row in readme, row
+    assert f"self-attention's +{added['mha']:.1f} ms" in readme
