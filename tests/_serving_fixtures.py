@@ -96,3 +96,19 @@ def write_half_plus_two(path):
                 examples, classes, y_examples)})
         builder.save()
     return path
+
+
+def raw_http(port, payload, half_close=True):
+    """Sends ``payload`` as it is to 127.0.0.1:``port`` (then, with ``half_close``, closes the
+    sending side) and returns every byte of the answer, until the server closes."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(payload)
+        if half_close:
+            connection.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return data
+            data += chunk

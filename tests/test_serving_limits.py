@@ -33,7 +33,7 @@ from glomo_tf.serving.limits import Admission, RequestLimits
 from glomo_tf.serving.models import Signature
 from glomo_tf.serving.monitoring import parse_monitoring_config
 from glomo_tf.serving.server import ModelServer
-from _serving_fixtures import write_toy_model
+from _serving_fixtures import raw_http, write_toy_model
 
 PREDICT = "/v1/models/toy:predict"
 CORPUS = ["the cat sat on the mat .", "a dog and a cat sat down", "the dog ate the hat"]
@@ -270,10 +270,7 @@ def test_a_body_that_never_arrives_gives_the_turn_back(toy_base):
         server._rest.body_timeout = 0.5
         slow = _open_post(server, 100)
         data = b""
-        while True:  # the server gives up on the body, answers and closes
-            chunk = slow.recv(65536)
-            if not chunk:
-                break
+        while chunk := slow.recv(65536):  # the server gives up on the body, answers, closes
             data += chunk
         slow.close()
         assert data.startswith(b"HTTP/1.1 408 "), data
@@ -507,15 +504,7 @@ def test_fuzz_no_5xx_for_client_errors_and_good_requests_still_served(toy_base):
     with serve(toy_base, grpc_port=None, rest_api_num_threads=2) as server:
         server._rest.body_timeout = 1.0
         for payload in _fuzz_payloads(rng):
-            with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as s:
-                s.sendall(payload)
-                s.shutdown(socket.SHUT_WR)
-                data = b""
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
+            data = raw_http(server.rest_port, payload)
             if not data:
                 continue  # the server may drop a connection that is not HTTP at all
             status_line = data.split(b"\r\n")[0]
@@ -555,16 +544,7 @@ def test_resident_memory_stays_bounded_over_50_large_requests():
 # ----------------------------------------------------------------------------- framing
 
 def _exchange(server, payload):
-    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as s:
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, body = raw_http(server.rest_port, payload).partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(body) if body else None
 
 

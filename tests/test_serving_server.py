@@ -10,7 +10,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import threading
 import time
 import urllib.parse
@@ -31,7 +30,7 @@ from glomo_tf.cli.common import UsageError
 from glomo_tf.cli.serve import server_from_args
 from glomo_tf.serving.limits import RequestLimits
 from glomo_tf.serving.server import ModelServer, parse_batching_parameters
-from _serving_fixtures import write_half_plus_two, write_toy_model
+from _serving_fixtures import raw_http, write_half_plus_two, write_toy_model
 
 MAX_BYTES = 1 << 20
 SERVE_ONLY = [("serve", "glomo_tf.cli.serve")]  # the `glomo serve` parser, alone
@@ -901,16 +900,7 @@ def test_rest_nesting_deeper_than_numpy_allows_is_a_400(server):
 
 def _raw_http(server, payload, half_close=False):
     """Sends raw bytes; returns the status line and the body of the answer."""
-    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as connection:
-        connection.sendall(payload)
-        if half_close:
-            connection.shutdown(socket.SHUT_WR)
-        data = b""
-        while True:
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+    data = raw_http(server.rest_port, payload, half_close)
     head, _, body = data.partition(b"\r\n\r\n")
     return head.split(b"\r\n")[0].decode(), body
 
