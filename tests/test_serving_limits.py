@@ -609,3 +609,47 @@ def test_grpc_fuzz_gives_client_error_codes_only(toy_base):
     assert set(codes) <= {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED",
                           "FAILED_PRECONDITION"}, codes
     assert codes.get("OK", 0) >= 1 and codes.get("INVALID_ARGUMENT", 0) >= 10, codes
+
+
+# ----------------------------------------------------------------------------- text batching
+
+def test_glomo_text_requests_are_merged_and_cut_back_to_their_own_length(glomo_base):
+    """Concurrent text requests of different lengths run as one batch; each answer equals the
+    SavedModel called in-process on that request's texts alone (shapes exactly, values to
+    float round-off)."""
+    base, path = glomo_base
+    reference = tf.saved_model.load(path).signatures["serving_default"]
+    requests = [["the cat"], ["a dog and a cat sat down", "the"], [""],
+                ["the dog ate the hat the cat sat on the mat ."], ["sat", "a cat"]]
+    results = {}
+    with serve(base, name="glomo", grpc_port=None, max_batch_size=16,
+               batch_timeout_micros=2_000_000) as server:
+        def call(i):
+            results[i] = rest(server.rest_url + "/v1/models/glomo:predict", "POST",
+                              {"inputs": {"text": requests[i]}})
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(requests))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        stats = dict(server.batcher.stats)
+    assert stats["merged_batches"] >= 1 and stats["largest_batch"] > 2, stats
+    for i, texts in enumerate(requests):
+        status, doc = results[i]
+        assert status == 200, doc
+        want = reference(text=tf.constant(texts))
+        for name, value in want.items():
+            value = value.numpy()
+            got = np.array(doc["outputs"][name], dtype=value.dtype if value.dtype != object
+                           else object)
+            if value.size == 0:  # JSON's nested lists end at the first empty dimension
+                assert got.size == 0 and got.shape == value.shape[:got.ndim], (i, name)
+                continue
+            assert got.shape == value.shape, (i, name, got.shape, value.shape)
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(got, value, rtol=1e-5, atol=1e-6)
+            elif value.dtype == object:
+                assert got.tolist() == [[b.decode() for b in row] for row in value], name
+            else:
+                np.testing.assert_array_equal(got, value)

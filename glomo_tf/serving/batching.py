@@ -8,9 +8,12 @@ rows or its first request is ``batch_timeout_micros`` old, concatenates the inpu
 dimension 0, runs the signature once and splits every output back by rows.
 
 Merging is only done where it cannot change a result's shape (see
-:attr:`glomo_tf.serving.models.Signature.mergeable`): other requests run alone, in the thread that
-received them. If a merged run fails, or an output does not have one row per input row, each
-request of that batch is run again on its own, so one bad request cannot fail its neighbours.
+:attr:`glomo_tf.serving.models.Signature.mergeable`), or where the result can be cut back to the
+shape it would have had alone (a GLoMo text signature, whose outputs are padded to the longest
+text: :attr:`~glomo_tf.serving.models.Signature.pads_to_longest`); other requests run alone, in
+the thread that received them. If a merged run fails, or an output does not have one row per
+input row, each request of that batch is run again on its own, so one bad request cannot fail its
+neighbours.
 """
 
 import threading
@@ -22,8 +25,9 @@ from glomo_tf.serving.errors import ServingError
 
 
 def batch_rows(signature, inputs):
-    """Rows of a mergeable request (all inputs agree on dimension 0), else None."""
-    if not signature.mergeable:
+    """Rows of a mergeable request (all inputs agree on dimension 0), else None. A GLoMo text
+    signature's requests merge too: their outputs are cut back to their own length."""
+    if not (signature.mergeable or signature.pads_to_longest):
         return None
     sizes = {value.shape[0] for value in inputs.values()}
     return sizes.pop() if len(sizes) == 1 else None
@@ -187,7 +191,10 @@ class Batcher:
                 start = 0
                 for task in tasks:
                     stop = start + task.rows
-                    task.result = {name: value[start:stop] for name, value in outputs.items()}
+                    result = {name: value[start:stop] for name, value in outputs.items()}
+                    if signature.pads_to_longest:
+                        result = signature.cut_to_own_length(result)
+                    task.result = result
                     start = stop
                     task.event.set()
                 return

@@ -161,6 +161,22 @@ class Signature:
             spec.batch_major and all(d >= 0 for d in spec.shape[1:])
             for spec in self.outputs.values())
         self.text_prefix_bytes = None  # set by Servable for a text signature of a GLoMo export
+        # Set by Servable for a GLoMo text signature: its outputs are padded to the longest text
+        # of the batch (every dynamic dimension after the first is that length, the `lengths`
+        # output gives each text's), so requests may be merged and cut back to their own length.
+        self.pads_to_longest = False
+
+    def cut_to_own_length(self, outputs):
+        """The outputs of some rows of a merged batch, cut to the length those rows' own batch
+        would have had: ``max(lengths)`` on every dynamic dimension after the first."""
+        length = int(np.max(outputs["lengths"], initial=0))
+        cut = {}
+        for name, value in outputs.items():
+            shape = self.outputs[name].shape
+            index = tuple(slice(0, length) if i > 0 and size == -1 else slice(None)
+                          for i, size in enumerate(shape))
+            cut[name] = value[index]
+        return cut
 
     def shorten_texts(self, inputs):
         """For a GLoMo export's text signature: ``(inputs with long texts cut, rows cut)``, or
@@ -281,6 +297,7 @@ class Servable:
                 if _cuttable_text_signature(signature):
                     # Units are at least a byte; 32 bytes a unit leaves room for long words.
                     signature.text_prefix_bytes = max(4096, 32 * (max_length + 1))
+                    signature.pads_to_longest = _pads_to_longest(signature)
 
     def signature(self, name):
         name = name or DEFAULT_SIGNATURE
@@ -310,6 +327,13 @@ def _cuttable_text_signature(signature):
     truncated = signature.outputs.get("truncated")
     return (spec.dtype == "DT_STRING" and spec.shape == (-1,) and truncated is not None
             and truncated.dtype == "DT_BOOL" and truncated.shape == (-1,))
+
+
+def _pads_to_longest(signature):
+    """Batch-major outputs, among them ``lengths`` ``[B]``: a GLoMo text signature's layout."""
+    lengths = signature.outputs.get("lengths")
+    return (lengths is not None and lengths.shape == (-1,)
+            and all(spec.batch_major for spec in signature.outputs.values()))
 
 
 def read_signature_defs(path, tags=("serve",)):

@@ -454,6 +454,23 @@ class RestServer(ThreadingHTTPServer):
         self.shutdown_request(request)
         self.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
 
+    def shutdown_request(self, request):
+        """A lingering close: after the answer, read briefly what the client still sends (a
+        body the server refused to read), so that closing with unread data does not reset the
+        connection before the client has read the answer."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(0.1)
+            drained = 0
+            while drained < 1 << 20:
+                chunk = request.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
+        self.close_request(request)
+
     def finished(self, handler, method, path, seconds):
         """Count an answered request and write its access-log line."""
         model, api = route_of(method, path)
