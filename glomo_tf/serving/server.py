@@ -9,8 +9,9 @@ and serves any SavedModel's signatures: the latest version directory under each 
 versions the config's ``model_version_policy`` names), picking up new versions without a restart.
 Differences from TF Serving: it binds 127.0.0.1 unless ``--host`` says otherwise; REST is on 8501
 by default (TF Serving's binary leaves REST off unless ``--rest_api_port`` is given); batching is on
-by default (``--enable_batching=false`` turns it off) and only merges requests whose outputs cannot
-change shape with the batch; gRPC ``MultiInference`` is not implemented. Python use::
+by default (``--enable_batching=false`` turns it off) and merges requests whose outputs cannot
+change shape with the batch, and GLoMo text requests (cut back to their own length); gRPC
+``MultiInference`` is not implemented. Python use::
 
     from glomo_tf.serving.server import ModelServer
     with ModelServer(model_name="glomo", model_base_path="/models/glomo") as server:
