@@ -349,8 +349,17 @@ def test_glomo_export_served_over_rest_and_grpc_equals_in_process(glomo_export):
             thread.join(timeout=300)
     assert sorted(answers) == list(range(8))
     for i, got in answers.items():
-        assert_same(got, run_export(glomo_export, "serving_default",
-                                    text=np.array([raw[i % len(QUERIES)]], dtype=object)))
+        # Concurrent texts may run as one batch (each answer cut back to its own length): the
+        # same shapes and values, floats up to the round-off of a larger matrix product.
+        want = run_export(glomo_export, "serving_default",
+                          text=np.array([raw[i % len(QUERIES)]], dtype=object))
+        assert set(got) == set(want)
+        for name, value in want.items():
+            assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(got[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+            else:
+                np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 def test_glomo_serve_command_in_a_subprocess(glomo_export):
