@@ -266,3 +266,24 @@ def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
                f"{spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)")
         assert row in readme, row
     assert f"self-attention's +{added['mha']:.1f} ms" in readme
+
+
+def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
+    outputs = os.path.join(REPO, "benchmarks", "outputs")
+    with open(os.path.join(outputs, "transfer_overhead_cache_topk_large.json"),
+              encoding="utf-8") as handle:
+        large = json.load(handle)
+    assert large["config"]["seq"] == 128 and large["config"]["d"] == 256
+    ratio, spread = large["ratio_added_over_mha_added"], large["ratio_added_over_mha_added_range"]
+    row = (f"online {ratio['glomo']:.1f}x (rounds {spread['glomo'][0]:.1f}-"
+           f"{spread['glomo'][1]:.1f}x), cached {ratio['glomo_cached']:.1f}x (rounds "
+           f"{spread['glomo_cached'][0]:.1f}-{spread['glomo_cached'][1]:.1f}x)")
+    assert row in readme, row
+    with open(os.path.join(outputs, "sparse_mixture.json"), encoding="utf-8") as handle:
+        sweep = json.load(handle)
+    lengths = [str(t) for t in sweep["config"]["seq"]]
+    dense = " / ".join(f"{sweep['results']['dense'][t]['ms_median']:.1f}" for t in lengths)
+    top8 = " / ".join(f"{sweep['results']['top_k=8'][t]['ms_median']:.1f}" for t in lengths)
+    row = (f"dense {dense} ms, top-8 {top8} ms at T {' / '.join(lengths)} "
+           f"({sweep['dense_ms_over_form_ms']['top_k=8'][lengths[-1]]:.2f}x at T {lengths[-1]})")
+    assert row in readme, row
