@@ -345,9 +345,8 @@ def run_transfer(config, record=None):
                     vocabulary_size, len(class_names), variant, graph_predictor=predictor,
                     embedding_dim=config.embedding_dim, rnn_units=config.rnn_units,
                     attention_heads=config.attention_heads, dropout=config.dropout,
-                    num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout)
-                if variant in hparams.PREDICTOR_VARIANTS and config.top_k is not None:
-                    _set_top_k(model, config.top_k)
+                    num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
+                    top_k=config.top_k)
                 graphs = None
                 if cache is not None and variant in hparams.PREDICTOR_VARIANTS:
                     graphs = {"cache": cache.subset(train), "predictor": predictor,
@@ -368,16 +367,6 @@ def run_transfer(config, record=None):
                                          split_description)
                 del model
     return markdown
-
-
-def _set_top_k(model, top_k):
-    """Makes every GlomoTransfer layer of ``model`` keep its graphs' ``top_k`` heaviest sources
-    per receiving unit (the layers' ``top_k`` argument)."""
-    from glomo_tf.layers.glomo_transfer import GlomoTransfer
-
-    for layer in model.layers:
-        if isinstance(layer, GlomoTransfer) and layer.graph_mode == "learned":
-            layer.top_k = int(top_k)
 
 
 def _encoded(split, tokenizer, max_length):

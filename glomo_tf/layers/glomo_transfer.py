@@ -123,11 +123,7 @@ class GlomoTransfer(keras.layers.Layer):
         if isinstance(inputs, (list, tuple)):
             if len(inputs) == 3:
                 features, indices, weights = inputs
-                if len(indices.shape) != 6 or len(weights.shape) != 6:
-                    raise ValueError(
-                        "GlomoTransfer's [features, indices, weights] form takes top-k graphs "
-                        "[batch, 2, L, K, T, k] (glomo_tf.ops.top_k_sources); got shapes "
-                        f"{tuple(indices.shape)} and {tuple(weights.shape)}.")
+                _check_top_k_shapes(indices.shape, weights.shape)
                 return features, None, (indices, weights)
             if len(inputs) != 2:
                 raise ValueError(
@@ -161,11 +157,7 @@ class GlomoTransfer(keras.layers.Layer):
                     f"got a list of {len(input_shape)} tensors.")
             features_shape, second_shape = input_shape[:2]
             if len(input_shape) == 3:
-                if len(input_shape[1]) != 6 or len(input_shape[2]) != 6:
-                    raise ValueError(
-                        "GlomoTransfer's [features, indices, weights] form takes top-k graphs "
-                        "[batch, 2, L, K, T, k] (glomo_tf.ops.top_k_sources); got shapes "
-                        f"{tuple(input_shape[1])} and {tuple(input_shape[2])}.")
+                _check_top_k_shapes(input_shape[1], input_shape[2])
                 graphs_shape = (tuple(input_shape[1]), tuple(input_shape[2]))
             elif len(second_shape) == 6:
                 graphs_shape = tuple(second_shape)
@@ -285,3 +277,11 @@ class GlomoTransfer(keras.layers.Layer):
             "top_k": self.top_k,
         })
         return config
+
+
+def _check_top_k_shapes(indices_shape, weights_shape):
+    if len(indices_shape) != 6 or len(weights_shape) != 6:
+        raise ValueError(
+            "GlomoTransfer's [features, indices, weights] form takes top-k graphs "
+            "[batch, 2, L, K, T, k] (glomo_tf.ops.top_k_sources); got shapes "
+            f"{tuple(indices_shape)} and {tuple(weights_shape)}.")

@@ -140,27 +140,31 @@ class GraphMixture(keras.layers.Layer):
             raise ValueError("A learned GraphMixture needs graphs [batch, 2, L, K, T, T].")
         weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
         if _is_top_k(graphs):
-            graphs = tuple(tf.convert_to_tensor(part) for part in graphs)
-            if len(graphs[0].shape) != 6 or len(graphs[1].shape) != 6:
-                raise ValueError(
-                    "Top-k graphs must be (indices, weights), both [batch, 2, L, K, T, k]; got "
-                    f"shapes {tuple(graphs[0].shape)} and {tuple(graphs[1].shape)}.")
-            sparse = self._gather_is_cheaper(graphs, features)
-            if isinstance(sparse, bool) and sparse:
-                return self._top_k(features, graphs, weights) * scale[None, None, :, :, None]
-            indices, values = graphs
+            mixed = self._from_top_k(features, graphs, weights)
+        else:
+            mixed = self._dense(features, graphs, weights)
+        return mixed * scale[None, None, :, :, None]
 
-            def densified():
-                dense = ops.densify_top_k(indices, tf.cast(values, self.compute_dtype),
-                                          tf.shape(features)[1])
-                dense.set_shape(indices.shape[:-1] + [features.shape[1]])
-                return self._dense(features, dense, weights)
+    def _from_top_k(self, features, graphs, weights):
+        """``M H`` (unscaled) of the top-k form: by gather, or as the dense graphs it holds
+        (:meth:`_gather_is_cheaper`)."""
+        indices, values = (tf.convert_to_tensor(part) for part in graphs)
+        if len(indices.shape) != 6 or len(values.shape) != 6:
+            raise ValueError(
+                "Top-k graphs must be (indices, weights), both [batch, 2, L, K, T, k]; got "
+                f"shapes {tuple(indices.shape)} and {tuple(values.shape)}.")
+        graphs = (indices, values)
 
-            if isinstance(sparse, bool):
-                return densified() * scale[None, None, :, :, None]
-            return tf.cond(sparse, lambda: self._top_k(features, graphs, weights),
-                           densified) * scale[None, None, :, :, None]
-        return self._dense(features, graphs, weights) * scale[None, None, :, :, None]
+        def densified():
+            dense = ops.densify_top_k(indices, tf.cast(values, self.compute_dtype),
+                                      tf.shape(features)[1])
+            dense.set_shape(indices.shape[:-1] + [features.shape[1]])
+            return self._dense(features, dense, weights)
+
+        sparse = self._gather_is_cheaper(graphs, features)
+        if isinstance(sparse, bool):
+            return self._top_k(features, graphs, weights) if sparse else densified()
+        return tf.cond(sparse, lambda: self._top_k(features, graphs, weights), densified)
 
     def _gather_is_cheaper(self, graphs, features):
         """For the top-k form: whether to apply it by gather (True) or as the dense graphs it

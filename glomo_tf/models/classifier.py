@@ -152,7 +152,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      embedding_dim=128, rnn_units=128, attention_heads=4, dropout=0.3,
                      num_mixtures=2, conditioned=True, include_products=True,
                      transfer_dropout=0.0, num_anchors=2,
-                     reconstruct_length=4, predict_length=4, aux_weight=0.5, name=None):
+                     reconstruct_length=4, predict_length=4, aux_weight=0.5, top_k=None,
+                     name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -177,6 +178,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             ``[H ; M H ...]`` (GLoMo and uniform variants).
         num_anchors, reconstruct_length, predict_length, aux_weight: the ``shared_private``
             variant's auxiliary tasks (see :class:`SharedPrivateRNN`); unused otherwise.
+        top_k: None, or the sources per receiving unit the learned graphs keep
+            (``GlomoTransfer``'s ``top_k``; GLoMo variants).
         name: model name; default ``"classifier_<variant>"``.
 
     Returns:
@@ -201,7 +204,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         layer = GlomoTransfer(graph_predictor if graph_mode == "learned" else None,
                               num_mixtures=num_mixtures, conditioned=conditioned,
                               include_products=include_products, graph_mode=graph_mode,
-                              dropout=transfer_dropout, name=layer_name)
+                              dropout=transfer_dropout,
+                              top_k=top_k if graph_mode == "learned" else None, name=layer_name)
         return layer([features, token_ids])
 
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")

@@ -144,10 +144,6 @@ class Metrics:
         with self._lock:
             self._gauges[(metric, label, value)] = read
 
-    def request_count(self, model_name, status):
-        with self._lock:
-            return self._requests.get((model_name, status), 0)
-
     def exposition(self):
         """The metrics in Prometheus' text format."""
         with self._lock:

@@ -419,10 +419,6 @@ class RestServer(ThreadingHTTPServer):
         super().__init__((host, port), RestHandler)
         self._thread = None
 
-    @property
-    def max_request_bytes(self):
-        return self.limits.max_request_bytes
-
     # -- connections: a thread each, up to max_connections
     def process_request(self, request, client_address):
         with self._connections_lock:
