@@ -40,6 +40,7 @@ import keras
 import numpy as np
 
 from glomo_tf import OrderedMemory
+from glomo_tf.data.length_batches import LengthBatches
 from glomo_tf.data.listops import (VOCABULARY, encode_listops, generate_listops, label_counts,
                                    length_summary)
 from glomo_tf.trees import bracket_f1, induce_trees
@@ -71,42 +72,6 @@ def build_model(name, units, slots, dropout, learning_rate, jit_compile,
                   metrics=["accuracy"], jit_compile=jit_compile)
     attention_model = None if probs is None else keras.Model(ids, probs)
     return model, attention_model
-
-
-class LengthBatches(keras.utils.PyDataset):
-    """Batches of expressions of similar length, each padded only to its own longest (the
-    recurrence costs ``T x N`` cell calls, so padding to the longest of the whole set would
-    waste most of them); the batch order is reshuffled every epoch."""
-
-    def __init__(self, ids, labels, batch_size, seed, shuffle=True):
-        super().__init__()
-        lengths = (ids > 0).sum(axis=1)
-        order = np.argsort(lengths, kind="stable")
-        self.batches = []
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            width = max(1, int(lengths[rows].max()))
-            self.batches.append((ids[rows, :width], labels[rows]))
-        self.rng = np.random.default_rng(seed)
-        self.shuffle = shuffle
-        self.order = np.arange(len(self.batches))
-        self.on_epoch_end()
-
-    def __len__(self):
-        return len(self.batches)
-
-    def __getitem__(self, index):
-        return self.batches[self.order[index]]
-
-    def on_epoch_end(self):
-        if self.shuffle:
-            self.rng.shuffle(self.order)
-        # Keras reads the input signature off the first two batches: give them different widths
-        # (when there are two) so that the width is a dynamic axis, not the first batch's.
-        widths = [self.batches[i][0].shape[1] for i in self.order]
-        other = next((n for n, w in enumerate(widths) if w != widths[0]), None)
-        if other is not None:
-            self.order[[1, other]] = self.order[[other, 1]]
 
 
 def branching_tree(n, left):

@@ -37,6 +37,7 @@ import keras
 import numpy as np
 
 from glomo_tf import OrderedMemory
+from glomo_tf.data.length_batches import LengthBatches
 from glomo_tf.data.logic import (RELATIONS, VOCABULARY, encode_logic, load_logic,
                                  train_validation_split)
 from glomo_tf.trees import bracket_f1, induce_trees
@@ -46,39 +47,12 @@ DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
                             "shared", "data", "propositionallogic")
 
 
-class PairBatches(keras.utils.PyDataset):
+class PairBatches(LengthBatches):
     """Batches of pairs of similar length, each padded to its own longest formula; the batch
     order is reshuffled every epoch when ``shuffle``."""
 
     def __init__(self, left, right, labels, batch_size, seed, shuffle=True):
-        super().__init__()
-        lengths = np.maximum((left > 0).sum(1), (right > 0).sum(1))
-        order = np.argsort(lengths, kind="stable")
-        self.batches = []
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            width = max(1, int(lengths[rows].max()))
-            self.batches.append(((left[rows, :width], right[rows, :width]), labels[rows]))
-        self.rng = np.random.default_rng(seed)
-        self.shuffle = shuffle
-        self.order = np.arange(len(self.batches))
-        self.on_epoch_end()
-
-    def __len__(self):
-        return len(self.batches)
-
-    def __getitem__(self, index):
-        return self.batches[self.order[index]]
-
-    def on_epoch_end(self):
-        if self.shuffle:
-            self.rng.shuffle(self.order)
-        # Keras reads the input signature off the first two batches: give them different widths
-        # (when there are two) so that the width is a dynamic axis, not the first batch's.
-        widths = [self.batches[i][0][0].shape[1] for i in self.order]
-        other = next((n for n, w in enumerate(widths) if w != widths[0]), None)
-        if other is not None:
-            self.order[[1, other]] = self.order[[other, 1]]
+        super().__init__((left, right), labels, batch_size, seed, shuffle)
 
 
 def build_models(name, units, slots, test_slots, dropout, learning_rate,

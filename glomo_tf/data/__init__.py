@@ -19,6 +19,7 @@ _PUBLIC = {
         "seeded_split", "shared_data_dir"),
     "glomo_tf.data.batching": (
         "bucketed_training_batches", "encode", "length_sorted_batches", "sequence_lengths"),
+    "glomo_tf.data.length_batches": ("LengthBatches",),
     "glomo_tf.data.graph_cache": (
         "GraphCache", "GraphFedModel", "batch_of", "cached_training_batches", "compute_graphs",
         "with_graphs"),
