@@ -48,6 +48,12 @@ class TransferConfig:
     results stay comparable with earlier runs. ``top_k``: None (dense
     graphs) or the sources kept per receiving unit (:func:`glomo_tf.ops.top_k_sources`), in the
     cache and in the GLoMo layers alike.
+
+    ``resume`` (default False): ``output_dir`` may already hold a ``results.json`` of the same
+    settings (seeds and variants aside); its runs are kept and only the missing (variant, seed,
+    fold) runs are trained, each seeded as in a run from scratch, so a long comparison can be
+    interrupted and continued, or extended with more seeds. Without it an ``output_dir`` that
+    already holds runs is refused rather than overwritten.
     """
 
     dataset: str
@@ -75,6 +81,7 @@ class TransferConfig:
     learning_rate: float = 1e-3
     graph_cache: bool = False
     top_k: Optional[int] = None
+    resume: bool = False
     verbose: int = 1
 
     def validated(self):
@@ -283,6 +290,14 @@ def run_transfer(config, record=None):
     except OSError as error:
         raise ValueError(f"Cannot create --output-dir {config.output_dir!r}: {error}") from None
 
+    saved_config = {**dataclasses.asdict(config), **(record or {}), "class_names": class_names}
+    runs = previous_runs(config, saved_config)
+    if runs:
+        saved_config["seeds"] = list(dict.fromkeys([*(r["seed"] for r in runs), *config.seeds]))
+        saved_config["variants"] = list(dict.fromkeys([*(r["variant"] for r in runs),
+                                                       *config.variants]))
+    done = {(r["variant"], r["seed"], r["fold"]) for r in runs}
+
     import keras
 
     from glomo_tf.data.vocabulary import Tokenizer, check_vocabulary_matches
@@ -312,10 +327,12 @@ def run_transfer(config, record=None):
     print(f"{config.dataset}: {len(texts)} examples, classes {class_names}; variants "
           f"{' '.join(config.variants)}; seeds {' '.join(map(str, config.seeds))}; "
           f"{split_description}")
-    saved_config = {**dataclasses.asdict(config), **(record or {}), "class_names": class_names}
+    if runs:
+        print(f"Resuming: {len(runs)} run(s) kept from "
+              f"{os.path.join(config.output_dir, 'results.json')}")
     training = dict(learning_rate=config.learning_rate, patience=config.patience,
                     epochs=config.epochs, batch_size=config.batch_size, verbose=config.verbose)
-    runs, markdown = [], ""
+    markdown = ""
     for seed in config.seeds:
         if official is not None and official["validation"] is not None:
             seed_splits = [(None, np.arange(len(texts)), None, None)]
@@ -337,6 +354,8 @@ def run_transfer(config, record=None):
             validation_data = (_encoded(official["validation"], encoder, config.max_length)
                                if validation is None else (ids[validation], labels[validation]))
             for variant in config.variants:
+                if (variant, seed, fold) in done:
+                    continue
                 where = f"seed {seed}" + ("" if fold is None else
                                           f", fold {fold + 1}/{config.folds}")
                 print(f"\n== {config.dataset} | {variant} | {where}")
@@ -363,10 +382,55 @@ def run_transfer(config, record=None):
                              "seconds": round(seconds, 3), "train_examples": int(len(train)),
                              "validation_examples": int(len(validation_data[1])),
                              "test_examples": int(len(test_data[1]))})
-                markdown = write_results(config.output_dir, saved_config, runs, config.variants,
-                                         split_description)
+                markdown = write_results(config.output_dir, saved_config, runs,
+                                         saved_config["variants"], split_description)
                 del model
+    if not markdown:  # every run was already in results.json
+        markdown = write_results(config.output_dir, saved_config, runs, saved_config["variants"],
+                                 split_description)
     return markdown
+
+
+# Settings a resumed comparison may change: which runs it holds, and how progress is printed.
+RESUMABLE_SETTINGS = ("seeds", "variants", "resume", "verbose", "output_dir")
+
+
+def previous_runs(config, saved_config):
+    """The runs of ``config.output_dir/results.json`` to keep (``[]`` when there is none).
+
+    Raises ``ValueError`` when the directory holds runs and ``config.resume`` is off (they would
+    be overwritten), when the file cannot be read, or when it was made with other settings than
+    ``saved_config`` (anything but :data:`RESUMABLE_SETTINGS`)."""
+    import json
+
+    path = os.path.join(config.output_dir, "results.json")
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            previous = json.load(handle)
+        runs, settings = list(previous["runs"]), dict(previous["config"])
+        keys = {(r["variant"], r["seed"], r["fold"]) for r in runs}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} cannot be read as a glomo transfer result ({error}): move it "
+                         "away or choose another --output-dir.") from None
+    if not runs:
+        return []
+    if not config.resume:
+        raise ValueError(f"--output-dir {config.output_dir} already holds {len(runs)} run(s) in "
+                         "results.json: pass --resume to keep them and run only the missing "
+                         "ones, or choose another --output-dir.")
+    current = json.loads(json.dumps(saved_config))  # compared as results.json stores it
+    changed = [f"{k} {settings.get(k)!r} -> {current.get(k)!r}"
+               for k in sorted(set(settings) | set(current))
+               if k not in RESUMABLE_SETTINGS and settings.get(k) != current.get(k)]
+    if changed:
+        raise ValueError(f"--resume: {path} was made with other settings ({'; '.join(changed)}): "
+                         "resume with its settings or choose another --output-dir.")
+    if len(keys) != len(runs):
+        raise ValueError(f"{path} holds the same (variant, seed, fold) run twice: move it away "
+                         "or choose another --output-dir.")
+    return runs
 
 
 def _encoded(split, tokenizer, max_length):

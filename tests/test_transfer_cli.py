@@ -123,6 +123,52 @@ def test_transfer_without_a_run_builds_its_own_tokenizer(tmp_path, capsys):
     assert "| uniform | 1 |" in capsys.readouterr().out
 
 
+def test_resume_keeps_runs_trains_only_the_missing_ones_and_refuses_overwrites(tmp_path,
+                                                                                 capsys):
+    """A comparison continued with --resume and more seeds holds the kept run unchanged and a new
+    run equal to the same seed run from scratch; without --resume, or with other settings, the
+    directory is refused before any training and its results.json is left as it was."""
+    data = tmp_path / "planted.tsv"
+    data.write_text("text\tlabel\n" + "".join(f"{text}\t{label}\n"
+                                             for text, label in planted_rows(60, seed=2)))
+    common = ["transfer", "--dataset", "file", "--file", str(data), "--variants", "uniform",
+              "--epochs", "1", *TINY]
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    assert cli.main([*common, "--seeds", "4", "--output-dir", str(out)]) == 0
+    first = json.loads((out / "results.json").read_text())["runs"]
+    capsys.readouterr()
+
+    written = (out / "results.json").read_text()
+    assert cli.main([*common, "--seeds", "4", "5", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds 1 run(s)" in err and "--resume" in err and len(err.splitlines()) == 1
+    assert cli.main([*common, "--seeds", "5", "--dropout", "0.2", "--resume",
+                     "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "other settings (dropout 0.1 -> 0.2)" in err and len(err.splitlines()) == 1
+    assert (out / "results.json").read_text() == written
+
+    assert cli.main([*common, "--seeds", "4", "5", "--resume", "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Resuming: 1 run(s) kept" in printed
+    assert "| uniform | seed 4" not in printed and "== file | uniform | seed 5" in printed
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["runs"][0] == first[0] and [r["seed"] for r in resumed["runs"]] == [4, 5]
+    assert resumed["config"]["seeds"] == [4, 5]
+    assert "| uniform | 2 |" in (out / "results.md").read_text()
+
+    assert cli.main([*common, "--seeds", "5", "--output-dir", str(fresh)]) == 0
+    scratch = json.loads((fresh / "results.json").read_text())["runs"][0]
+    capsys.readouterr()
+    assert (scratch["accuracy"], scratch["epochs_run"]) == (
+        resumed["runs"][1]["accuracy"], resumed["runs"][1]["epochs_run"])
+
+    # Everything done already: nothing is trained, the report is written again.
+    assert cli.main([*common, "--seeds", "5", "--resume", "--output-dir", str(out)]) == 0
+    assert "== file" not in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["runs"] == resumed["runs"]
+
+
 def test_paired_comparison_numbers():
     runs = [{"variant": v, "seed": s, "fold": f, "accuracy": a} for v, s, f, a in [
         ("baseline", 0, 0, 0.70), ("baseline", 0, 1, 0.80), ("baseline", 1, None, 0.80),

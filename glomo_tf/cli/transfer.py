@@ -114,6 +114,10 @@ def register(subparsers):
                             "and mix the graphs in that sparse form (gather + weighted sum); "
                             "exact when K covers every row's sources (default: dense graphs)")
     parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
+    parser.add_argument("--resume", action="store_true", default=D.resume,
+                        help="keep the runs of --output-dir's results.json (same settings; more "
+                             "seeds or variants may be added) and run only the missing ones; "
+                             "without it a directory that holds runs is refused, not overwritten")
     add_verbose_argument(parser)
     parser.set_defaults(func=run)
     return parser
