@@ -246,3 +246,18 @@ def test_harness(tmp_path, kwargs):
         input_shapes=[(None, None, C)],  # images of any size
         bfloat16_dtypes={"graphs": "bfloat16", "padding_mask": "bool"},
         mask_check=None)  # images have no padding: every pixel is a unit
+
+
+@pytest.mark.parametrize("module", ["glomo_tf.layers.masked_conv_2d",
+                                    "glomo_tf.layers.graph_predictor_2d"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    module = importlib.import_module(module)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = [t for t in doctest.DocTestFinder().find(module) if t.examples]
+    assert tests
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
