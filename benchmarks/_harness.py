@@ -9,6 +9,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,6 +81,28 @@ def run_peer(cmd):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def recorded(tf=None):
+    """When, where and on which code a benchmark ran: every script's JSON holds it as
+    ``recorded``, and ``benchmarks/README.md`` quotes its date and machine."""
+    import datetime
+    import platform
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                                capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    machine = {"cpus": os.cpu_count(), "platform": platform.platform(),
+               "python": platform.python_version()}
+    if tf is not None:
+        machine["tensorflow"] = tf.__version__
+        machine["gpus"] = len(tf.config.list_physical_devices("GPU"))
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO_ROOT) if sys.argv else "?"
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine, "code": f"commit {commit}" if commit else "unknown",
+            "command": " ".join(["python", script, *sys.argv[1:]])}
+
+
 def set_threads(tf, threads):
     """``--threads N`` uses N cores in both TF pools, like ``torch.set_num_threads(N)``."""
     if threads:
@@ -118,6 +141,7 @@ def summary(a, tokens, per_round, peer_rounds, cmd, tf, keras):
     """The JSON fields shared by the benchmarks: tokens/s, rounds, threads, peer and ratios."""
     med = {mode: statistics.median(ts) for mode, ts in per_round.items()}
     result = {
+        "recorded": recorded(tf),
         "tokens_per_s": {m: round(tokens / t, 1) for m, t in med.items()},
         "ms_per_iter_median": {m: round(1000 * t, 2) for m, t in med.items()},
         "ms_per_iter_rounds": {m: [round(1000 * t, 2) for t in ts] for m, ts in per_round.items()},

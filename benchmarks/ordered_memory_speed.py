@@ -152,6 +152,7 @@ def main(argv=None):
         "benchmark": "OrderedMemory classifier (Embedding -> OrderedMemory -> Dense -> Dense) on "
                      "generated ListOps batches padded to max_length (padded steps cost as much "
                      "as real ones)",
+        "recorded": _harness.recorded(tf),
         "config": {k: getattr(a, k) for k in ("batch", "max_length", "max_depth", "units",
                                               "slots", "threshold", "attention", "weights",
                                               "pad_to_batch", "mode", "iters", "warmup",

@@ -23,7 +23,6 @@ Examples::
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -31,6 +30,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -207,12 +209,11 @@ def main(argv=None):
         "model_base_path": base if args.model_base_path else "(fresh export, random weights)",
         "signature": args.signature,
         "config": {k: v for k, v in vars(args).items() if k != "model_base_path"},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "tensorflow": tf.__version__, "gpus": len(tf.config.list_physical_devices(
-                        "GPU"))},
+        "recorded": _harness.recorded(tf),
         "notes": "latency per request, client encode/decode included; glomo serve in a "
-                 "subprocess on 127.0.0.1; GLoMo text signatures have a batch-dependent padded "
-                 "length T, so the server runs them unmerged",
+                 "subprocess on 127.0.0.1; concurrent GLoMo text requests are merged into one "
+                 "batch padded to its longest text and each answer is cut back to its own "
+                 "length",
         "results": results,
     }, indent=2))
     return 0

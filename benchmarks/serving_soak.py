@@ -24,7 +24,6 @@ Examples::
 import argparse
 import json
 import os
-import platform
 import random
 import socket
 import subprocess
@@ -32,6 +31,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -186,9 +188,7 @@ def main(argv=None):
     print(json.dumps({
         "benchmark": "serving_soak",
         "config": vars(args),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "tensorflow": tf.__version__},
-        "date": time.strftime("%Y-%m-%d", time.gmtime(started)),
+        "recorded": _harness.recorded(tf),
         "wall_s": round(time.time() - started, 1),
         "server_log": {"lines": len(stderr.splitlines()), "tracebacks": tracebacks},
         **result,

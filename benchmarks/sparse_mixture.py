@@ -194,6 +194,7 @@ def main(argv=None):
                      "(indices, weights) [B, 2, L, K, T, k] (gather + weighted sum), rows with "
                      "config.support sources; " + ("forward and backward" if a.backward
                                                    else "forward"),
+        "recorded": _harness.recorded(tf),
         "config": {k: getattr(a, k) for k in ("seq", "batch", "d", "layers", "heads",
                                               "mixtures", "support", "top_k", "backward", "xla",
                                               "iters", "warmup", "rounds", "threads", "seed")},

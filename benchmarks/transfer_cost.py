@@ -315,6 +315,7 @@ def main(argv=None):
     result = {
         "benchmark": "GraphMixture transfer mixture M H vs T: chained (library) vs explicit T x T "
                      "products, random row-stochastic graphs, conditioned mixture weights",
+        "recorded": _harness.recorded(),
         "config": {k: getattr(a, k) for k in ("seq", "batch", "d", "layers", "heads", "mixtures",
                                               "backward", "xla", "max_explicit_t", "iters",
                                               "warmup", "rounds", "seed")},

@@ -184,6 +184,7 @@ def main(argv=None):
         "benchmark": "downstream training step (train_on_batch): Embedding -> [none | "
                      "GlomoTransfer with frozen GraphPredictor | MultiHeadAttention] -> "
                      "GlobalAveragePooling1D -> Dense, no padding",
+        "recorded": _harness.recorded(tf),
         "config": {k: getattr(a, k) for k in ("batch", "seq", "d", "vocab", "layers", "heads",
                                               "head_dim", "conv_layers", "kernel", "mixtures",
                                               "propagation", "xla", "iters", "warmup", "rounds",

@@ -1,0 +1,152 @@
+"""``benchmarks/README.md``'s table comes from the recorded benchmark outputs.
+
+Every row of the table is rebuilt here from ``benchmarks/outputs/*.json`` and must appear in the
+file verbatim, so a re-run that moves a figure fails this test until the table is updated; every
+benchmark script has a row, and every recorded output is quoted by one.
+"""
+
+import glob
+import json
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(REPO, "benchmarks")
+OUTPUTS = os.path.join(BENCHMARKS, "outputs")
+
+
+def load(name):
+    with open(os.path.join(OUTPUTS, name + ".json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def when(result):
+    """The table's "recorded" cell: date and machine."""
+    recorded = result["recorded"]
+    machine = recorded["machine"]
+    if isinstance(machine, dict):
+        gpus = machine.get("gpus")
+        machine = (f"{machine['cpus']} CPUs" + ("" if gpus is None else f", {gpus} GPUs")
+                   + (f", TF {machine['tensorflow']}" if "tensorflow" in machine else ""))
+    return f"{recorded['date']}; {machine}"
+
+
+def spread(values, unit=""):
+    return f"{min(values):.1f}-{max(values):.1f}{unit}"
+
+
+def row(script, output, figures, result):
+    command = result.get("command") or result["recorded"]["command"]
+    return f"| `{script}` | `{output}.json` | {figures} | {when(result)} | `{command}` |"
+
+
+def transfer_overhead_row(output):
+    r = load(output)
+    added = r["added_ms_per_step"]
+    cells = [f"MultiHeadAttention +{added['mha']:.1f} ms/step"]
+    for variant in r["ratio_added_over_mha_added"]:
+        name = {"glomo": "GlomoTransfer", "glomo_cached": "cached",
+                "glomo_topk": "top-k", "glomo_cached_topk": "cached top-k"}[variant]
+        cells.append(f"{name} +{added[variant]:.1f} ms ({r['ratio_added_over_mha_added'][variant]:.1f}x,"
+                     f" rounds {spread(r['ratio_added_over_mha_added_rounds'][variant], 'x')})")
+    config = r["config"]
+    size = (f"B {config['batch']}, T {config['seq']}, d {config['d']}, {config['layers']}x"
+            f"{config['heads']} heads, {config['propagation']}")
+    return row("transfer_overhead.py", output, f"{size}: " + "; ".join(cells), r)
+
+
+def sparse_mixture_row():
+    r = load("sparse_mixture")
+    res, speedup = r["results"], r["dense_ms_over_form_ms"]["top_k=8"]
+    cells = [f"T {t}: dense {res['dense'][t]['ms_median']:.1f} ms, top-8 "
+             f"{res['top_k=8'][t]['ms_median']:.1f} ms ({speedup[t]:.2f}x)"
+             for t in (str(s) for s in (r["config"]["seq"][0], r["config"]["seq"][-1]))]
+    return row("sparse_mixture.py", "sparse_mixture", "; ".join(cells), r)
+
+
+def serving_latency_row():
+    r = load("serving_latency")
+
+    def at(run, mode, concurrency):
+        return next(x for x in run if x["mode"] == mode and x["concurrency"] == concurrency)
+
+    adds = [at(run, "rest", 1)["p50_ms"] - at(run, "in_process", 1)["p50_ms"] for run in r["runs"]]
+    ratio = [at(run, "rest", 8)["requests_per_s"] / at(run, "in_process", 8)["requests_per_s"]
+             for run in r["runs"]]
+    first = r["results"]
+    figures = (f"p50 at concurrency 1: in-process {at(first, 'in_process', 1)['p50_ms']:.2f} ms, "
+               f"gRPC {at(first, 'grpc', 1)['p50_ms']:.2f}, REST {at(first, 'rest', 1)['p50_ms']:.2f}"
+               f"; REST adds {spread(adds, ' ms')} over {len(r['runs'])} runs; REST throughput at "
+               f"concurrency 8: {min(ratio):.2f}-{max(ratio):.2f}x in-process")
+    return row("serving_latency.py", "serving_latency", figures, r)
+
+
+def serving_soak_rows():
+    r = load("serving_soak")
+    mixed, large = r["mixed"], r["large_requests"]
+    requests = sum(v["requests"] for v in mixed["latency"].values())
+    figures = (f"{mixed['minutes']:.0f} min of mixed good and bad traffic at concurrency "
+               f"{mixed['concurrency']}: {requests:,} requests, {mixed['unexpected']} unexpected "
+               f"answers, {r['server_log']['tracebacks']} tracebacks, RSS {mixed['rss_mb']['start']}"
+               f" -> max {mixed['rss_mb']['max']} -> {mixed['rss_mb']['end']} MB; "
+               f"{large['requests']} requests of {large['body_mb']} MB: RSS +{large['growth_mb']} MB")
+    long_text = load("serving_soak_long_text")
+    text = long_text["long_text"]
+    long_figures = (f"one {text['mb']:.0f} MB text request answered in {text['seconds']:.2f} s "
+                    f"(cut before tokenisation), RSS {text['rss_after_mb']} MB after")
+    return [row("serving_soak.py", "serving_soak", figures, r),
+            row("serving_soak.py", "serving_soak_long_text", long_figures, long_text)]
+
+
+def ordered_memory_rows():
+    rows = []
+    for output in ("ordered_memory_speed", "ordered_memory_speed_batch1"):
+        r = load(output)
+        med, spreads = r["ms_per_step_median"], r["ms_per_step_spread"]
+        cells = [f"{mode} {med[mode]:.1f} ms ({spread(spreads[mode])})" for mode in med]
+        batch = r["config"]["batch"]
+        rows.append(row("ordered_memory_speed.py", output,
+                        f"batch {batch}, ms/step (rounds): " + ", ".join(cells), r))
+    return rows
+
+
+def top_k_accuracy_row():
+    r = load("top_k_accuracy_mr")
+    diffs = r["top8_minus_dense_points"]
+    figures = (f"MR, glomo_embeddings, {len(diffs)} seeds: top-8 minus dense "
+               f"{r['mean_top8_minus_dense_points']:+.2f} points (per seed "
+               + ", ".join(f"{d:+.2f}" for d in diffs)
+               + f"); top-8 keeps {r['graph_mass_kept_by_top8']:.0%} of the graph mass")
+    return (f"| `glomo transfer --top-k` | `top_k_accuracy_mr.json` | {figures} | {when(r)} | "
+            f"`{r['commands']['top8']}` |")
+
+
+def all_rows():
+    return [transfer_overhead_row(name) for name in (
+        "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
+        "transfer_overhead_cache_topk_large")] + [
+        sparse_mixture_row(), serving_latency_row(), *serving_soak_rows(),
+        *ordered_memory_rows(), top_k_accuracy_row()]
+
+
+@pytest.fixture(scope="module")
+def table():
+    with open(os.path.join(BENCHMARKS, "README.md"), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_every_row_is_rebuilt_from_its_json(table):
+    for expected in all_rows():
+        assert expected in table, f"benchmarks/README.md lacks (or has a stale) row:\n{expected}"
+
+
+def test_every_script_and_every_output_is_in_the_table(table):
+    scripts = sorted(os.path.basename(p) for p in glob.glob(os.path.join(BENCHMARKS, "*.py"))
+                     if not os.path.basename(p).startswith("_"))
+    for script in scripts:
+        assert f"| `{script}` |" in table, f"{script} has no row in benchmarks/README.md"
+    for path in glob.glob(os.path.join(OUTPUTS, "*.json")):
+        name = os.path.basename(path)
+        assert f"`{name}`" in table, f"{name} is quoted by no row of benchmarks/README.md"
+        assert "recorded" in load(name[:-5]), f"{name} has no recorded block (date, machine)"
