@@ -141,7 +141,6 @@ def summary(a, tokens, per_round, peer_rounds, cmd, tf, keras):
     """The JSON fields shared by the benchmarks: tokens/s, rounds, threads, peer and ratios."""
     med = {mode: statistics.median(ts) for mode, ts in per_round.items()}
     result = {
-        "recorded": recorded(tf),
         "tokens_per_s": {m: round(tokens / t, 1) for m, t in med.items()},
         "ms_per_iter_median": {m: round(1000 * t, 2) for m, t in med.items()},
         "ms_per_iter_rounds": {m: [round(1000 * t, 2) for t in ts] for m, ts in per_round.items()},

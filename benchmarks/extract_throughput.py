@@ -21,6 +21,12 @@ Examples::
     python benchmarks/extract_throughput.py
     python benchmarks/extract_throughput.py --mode xla --seq 512 --peer /tmp/torchenv/bin/python
     python benchmarks/extract_throughput.py --with-features --peer /tmp/torchenv/bin/python
+    python benchmarks/extract_throughput.py --mode xla --seq 512 --top-k 8 --peer ...
+
+``--top-k K`` makes glomo_tf return the compact form instead of the dense graphs: the ``K``
+heaviest sources of every receiving unit (:func:`glomo_tf.ops.top_k_sources`, ``(indices,
+weights)`` of ``[B, 2, L, K, T, K]``), what ``glomo extract`` and the ``top_k_edges`` serving
+signatures hand out; the peer still computes dense graphs (it has no such output).
 """
 
 import argparse
@@ -52,7 +58,13 @@ def parse_args(argv=None):
     p.add_argument("--with-features", action="store_true",
                    help="also compose the features along the graphs (GRU cell per layer), as the "
                         "peer's extract mode does: the same work on both sides")
-    return _harness.check_arguments(p, p.parse_args(argv))
+    p.add_argument("--top-k", type=int, default=None, metavar="K",
+                   help="glomo_tf outputs the K heaviest sources of every unit (indices, weights) "
+                        "instead of the dense graphs (default: dense)")
+    a = p.parse_args(argv)
+    if a.top_k is not None and not 1 <= a.top_k <= a.seq:
+        p.error(f"--top-k must be in [1, --seq], got {a.top_k}")
+    return _harness.check_arguments(p, a)
 
 
 def main(argv=None):
@@ -63,7 +75,7 @@ def main(argv=None):
 
     _harness.set_threads(tf, a.threads)
     sys.path.insert(0, _harness.REPO_ROOT)
-    from glomo_tf import FeaturePredictor, GraphPredictor
+    from glomo_tf import FeaturePredictor, GraphPredictor, ops
 
     keras.utils.set_random_seed(a.seed)
     predictor = GraphPredictor(
@@ -77,10 +89,13 @@ def main(argv=None):
 
     def eager(ids):
         out = predictor(ids, training=False)
+        graphs = out["graphs"]
+        if a.top_k:
+            graphs = ops.top_k_sources(graphs, a.top_k)
         if features is None:
-            return out["graphs"]
+            return graphs
         composed = features(predictor.embed(ids), out["graphs"], out["padding_mask"])
-        return out["graphs"], composed
+        return graphs, composed
 
     spec = [tf.TensorSpec([None, None], tf.int32)]
     steps = {
@@ -92,13 +107,19 @@ def main(argv=None):
     # Same graphs whatever the mode (one batch), and the first (compiling) call out of the timings.
     reference = None
     max_abs_diff, rows_off = {}, {}
+    dense = predictor(batches[0], training=False)["graphs"].numpy()
     for mode in a.mode:
-        graphs = tf.nest.flatten(steps[mode](batches[0]))[0].numpy()
+        out = tf.nest.flatten(steps[mode](batches[0]))
+        # The dense graphs, or the top-k weights (out[1]): the K largest of every dense row.
+        graphs = (out[1] if a.top_k else out[0]).numpy()
         if reference is None:
             reference = graphs
-            expected = (a.batch, 2, a.layers, a.heads, a.seq, a.seq)
+            expected = (a.batch, 2, a.layers, a.heads, a.seq, a.top_k or a.seq)
             if graphs.shape != expected:
                 raise AssertionError(f"graphs shape {graphs.shape} != {expected}")
+            if a.top_k and not np.allclose(graphs, -np.sort(-dense, axis=-1)[..., :a.top_k],
+                                           atol=1e-6):
+                raise AssertionError("the top-k weights are not the K largest of each row")
         row_diff = np.max(np.abs(graphs - reference), axis=-1)
         max_abs_diff[mode] = float(np.max(row_diff))
         rows_off[mode] = f"{int(np.sum(row_diff > 1e-3))} of {row_diff.size}"
@@ -109,10 +130,13 @@ def main(argv=None):
         a, lambda mode: _harness.median_seconds(steps[mode], batches, a.warmup), cmd)
     result = {
         "benchmark": "graph extraction, both directions, inference mode, no padding"
-                     + (", with feature composition" if a.with_features else ""),
+                     + (", with feature composition" if a.with_features else "")
+                     + (f", glomo_tf outputs the top-{a.top_k} form" if a.top_k else ""),
+        "recorded": _harness.recorded(tf),
         "config": {k: getattr(a, k) for k in ("batch", "seq", "d", "vocab", "layers", "heads",
                                               "head_dim", "conv_layers", "kernel", "iters",
-                                              "warmup", "rounds", "seed", "with_features")},
+                                              "warmup", "rounds", "seed", "with_features",
+                                              "top_k")},
         "max_abs_diff_vs_" + a.mode[0]: max_abs_diff,
         "rows_differing_by_over_1e-3": rows_off,
         "diff_note": "freshly initialised weights give scores near 0 (rms ~1e-3), so the rare rows "

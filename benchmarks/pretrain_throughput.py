@@ -97,6 +97,7 @@ def main(argv=None):
         a, lambda mode: _harness.median_seconds(steps[mode], batches, a.warmup), cmd)
     result = {
         "benchmark": "pretraining step: forward, loss, backward, clipped SGD update, no padding",
+        "recorded": _harness.recorded(tf),
         "config": {k: getattr(a, k) for k in (
             "batch", "seq", "d", "vocab", "layers", "heads", "head_dim", "conv_layers", "kernel",
             "context_length", "decoder_layers", "positions", "lr", "momentum", "clip",
