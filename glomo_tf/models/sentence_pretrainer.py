@@ -274,9 +274,13 @@ class SentencePretrainer(keras.Model):
     # ------------------------------------------------------------------ fit / evaluate
     def train_step(self, data):
         active = self.sample_objectives()
+        # Objectives not drawn are skipped with tf.cond; XLA cannot compile the GRUs' loops
+        # inside a cond, so a jit-compiled step computes them all and zeroes those not drawn.
+        skip = None if getattr(self, "jit_compile", False) else active
         with tf.GradientTape() as tape:
-            losses = self.objective_losses(data, training=True, active=active)
-            loss = tf.add_n([tf.where(active[o], losses[o], 0.0) for o in self.objectives])
+            losses = self.objective_losses(data, training=True, active=skip)
+            loss = tf.add_n([losses[o] * tf.cast(active[o], tf.float32)
+                             for o in self.objectives])
             scaled = loss
             if self.losses:
                 scaled = scaled + tf.add_n(self.losses)
@@ -294,7 +298,7 @@ class SentencePretrainer(keras.Model):
 
     def _update_metrics(self, loss, losses, active):
         self.loss_tracker.update_state(loss)
-        for o in self.objectives:
+        for o in self.objectives:  # an objective's mean over the batches that trained it
             weight = 1.0 if active is None else tf.cast(active[o], tf.float32)
             self.objective_trackers[o].update_state(losses[o], sample_weight=weight)
         return {m.name: m.result() for m in self.metrics}
