@@ -38,11 +38,12 @@ def randomize(model, seed=1):
             variable.assign((value + rng.normal(0, 0.2, value.shape)).astype(value.dtype))
 
 
-def numpy_window_loss(model, x):
+def numpy_window_loss(model, x, levels=None):
     """Eq. 3's window form written out: every pixel, every offset, every channel."""
     top = model(x)["features"].numpy()[:, :, -1]  # [B, 2, T, d]
-    levels = np.rint(x * (LEVELS - 1)).astype(int)
-    batch, height, width, channels = x.shape
+    if levels is None:
+        levels = np.rint(x * (LEVELS - 1)).astype(int)
+    batch, height, width, channels = levels.shape
     losses = []
     for z, sign in enumerate((1, -1)):
         kernel, bias = [w.numpy() for w in model.heads[z].weights]
@@ -91,6 +92,29 @@ def test_loss_matches_numpy():
     inside = sum(min(2, H - r) * min(2, W - c) for r in range(H) for c in range(W))
     assert float(total_values) == 2 * 2 * inside * C  # batch 2, both directions mirror
     assert float(total_ce) > 0
+
+
+def test_explicit_targets_of_one_hot_images():
+    """One-hot images in, their level ids out: target_channels=1, loss against NumPy, fit on
+    (images, targets)."""
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, LEVELS, (4, H, W, 1))
+    one_hot = np.eye(LEVELS, dtype="float32")[ids[..., 0]]  # [B, H, W, LEVELS]
+    predictor = GraphPredictor2D(hidden_dim=8, num_layers=2, num_heads=2, conv_layers=1)
+    model = GlomoPretrainer2D(predictor, levels=LEVELS, num_positions=None, target_channels=1)
+    model.build((None, None, None, LEVELS))
+    randomize(model)
+    loss, _, values = model.context_loss(one_hot, targets=ids)
+    np.testing.assert_allclose(float(loss), numpy_window_loss(model, one_hot, ids), rtol=1e-5)
+    inside = sum(min(2, H - r) * min(2, W - c) for r in range(H) for c in range(W))
+    assert float(values) == 4 * 2 * inside
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    history = model.fit(one_hot, ids.astype("int32"), batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    with pytest.raises(ValueError, match="pass targets"):
+        model.context_loss(one_hot)
+    with pytest.raises(ValueError, match="targets must be"):
+        model.context_loss(one_hot, targets=np.zeros((4, H, W, 2), "int32"))
 
 
 def test_sampled_positions_are_a_subset_of_the_full_loss():
@@ -178,6 +202,8 @@ def test_bad_settings_and_input_raise():
         GlomoPretrainer2D(predictor, window=0)
     with pytest.raises(ValueError, match="num_positions"):
         GlomoPretrainer2D(predictor, num_positions=0)
+    with pytest.raises(ValueError, match="target_channels"):
+        GlomoPretrainer2D(predictor, target_channels=0)
     with pytest.raises(ValueError, match="divisible"):
         GlomoPretrainer2D(GraphPredictor2D(hidden_dim=6, num_heads=4, conv_layers=1))
     with pytest.raises(TypeError, match="GraphPredictor2D"):

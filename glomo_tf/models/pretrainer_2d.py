@@ -37,7 +37,8 @@ class GlomoPretrainer2D(keras.Model):
     """GLoMo pretraining on unlabelled images: graph predictor, feature predictor, window heads.
 
     Train it with ``compile()`` + ``fit()`` on images ``[batch, H, W, C]`` with values in
-    ``[0, 1]`` (a dataset may also yield ``(images, anything)``). Per direction:
+    ``[0, 1]`` (a dataset may also yield ``(images, anything)``, or ``(images, targets)``
+    with ``target_channels``). Per direction:
 
     * ``F^0``: a masked convolution network over the image (:class:`MaskedConv2D`, mask ``"A"``
       then ``"B"``, ReLU between), so ``F^0_t`` reads only pixels before ``t`` in raster order
@@ -67,6 +68,10 @@ class GlomoPretrainer2D(keras.Model):
         feature_layers: int >= 1, masked convolutions of the ``F^0`` networks.
         composition: the feature predictor's composition (``"gru"``, ``"residual"``,
             ``"projected"``; see :class:`~glomo_tf.FeaturePredictor`).
+        target_channels: None (default: the images' own values are the targets) or the
+            channels ``C'`` of explicit int targets ``[B, H, W, C']`` that a dataset yields as
+            ``(images, targets)``, e.g. one-hot images (``C`` = number of levels) with their
+            level ids as targets (``C' = 1``).
         seed: int or None, seed of the pixel sampling.
 
     Example:
@@ -86,7 +91,7 @@ class GlomoPretrainer2D(keras.Model):
 
     def __init__(self, graph_predictor, window=P2["window"], levels=P2["levels"],
                  num_positions=P2["num_positions"], feature_layers=P2["feature_layers"],
-                 composition=P2["composition"], seed=None, **kwargs):
+                 composition=P2["composition"], target_channels=None, seed=None, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(graph_predictor, GraphPredictor2D):
             raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor2D, got "
@@ -97,6 +102,10 @@ class GlomoPretrainer2D(keras.Model):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
         if num_positions is not None and num_positions < 1:
             raise ValueError(f"num_positions must be >= 1 or None (all), got {num_positions}.")
+        if target_channels is not None and (not isinstance(target_channels, int)
+                                            or target_channels < 1):
+            raise ValueError(f"target_channels must be None (the images' channels) or an "
+                             f"integer >= 1, got {target_channels!r}.")
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}.")
         d = graph_predictor.hidden_dim
@@ -107,6 +116,7 @@ class GlomoPretrainer2D(keras.Model):
         self.num_positions = num_positions
         self.feature_layers = feature_layers
         self.composition = composition
+        self.target_channels = target_channels
         self.seed = seed
         self.feature_convs = [
             [MaskedConv2D(d, graph_predictor.kernel_size, "A" if i == 0 else "B", direction,
@@ -136,7 +146,7 @@ class GlomoPretrainer2D(keras.Model):
         if len(input_shape) != 4 or input_shape[-1] is None:
             raise ValueError(f"GlomoPretrainer2D expects images [batch, H, W, channels] with a "
                              f"known number of channels, got shape {tuple(input_shape)}.")
-        channels = int(input_shape[-1])
+        channels = self.target_channels or int(input_shape[-1])
         d = self.graph_predictor.hidden_dim
         if not self.graph_predictor.built:
             self.graph_predictor.build(tuple(input_shape))
@@ -201,12 +211,29 @@ class GlomoPretrainer2D(keras.Model):
         targets = tf.gather(image_units(levels), index, axis=1)  # [B, S, D, C]
         return targets, tf.cast(inside, tf.float32)
 
-    def context_loss(self, images, training=False):
-        """Returns ``(loss, total cross-entropy, number of predicted values)`` for a batch."""
+    def context_loss(self, images, training=False, targets=None):
+        """Returns ``(loss, total cross-entropy, number of predicted values)`` for a batch.
+
+        ``targets``: optional int ``[B, H, W, C']`` levels in ``0 .. levels - 1`` to predict
+        instead of the images' own quantised values (e.g. the level ids of one-hot images);
+        the heads then predict ``C'`` values per pixel (``target_channels``).
+        """
         images = _as_images(images)
         out = self(images, training=training)
         top = out["features"][:, :, -1]  # [B, 2, T, d]
-        levels = pixel_levels(images, self.levels)
+        if targets is None:
+            if images.shape[-1] != self.channels:
+                raise ValueError(
+                    f"This pretrainer predicts {self.channels} target channels "
+                    f"(target_channels), not the images' {images.shape[-1]}: pass targets.")
+            levels = pixel_levels(images, self.levels)
+        else:
+            levels = tf.cast(targets, tf.int32)
+            if levels.shape.rank != 4 or levels.shape[-1] != self.channels:
+                raise ValueError(
+                    f"targets must be int levels [batch, H, W, {self.channels}] (the heads "
+                    f"predict {self.channels} values per pixel: target_channels), got shape "
+                    f"{tuple(levels.shape)}.")
         shape = tf.shape(images)
         positions = self.sample_positions(shape[1] * shape[2])
         losses, total_ce, total_values = [], 0.0, 0.0
@@ -226,9 +253,10 @@ class GlomoPretrainer2D(keras.Model):
 
     # ------------------------------------------------------------------ fit / evaluate
     def train_step(self, data):
-        images = _images_from_data(data)
+        images, targets = _images_from_data(data)
         with tf.GradientTape() as tape:
-            loss, total_ce, total_values = self.context_loss(images, training=True)
+            loss, total_ce, total_values = self.context_loss(images, training=True,
+                                                             targets=targets)
             scaled = loss + tf.add_n(self.losses) if self.losses else loss
         variables = self.trainable_variables
         grads = tape.gradient(scaled, variables)
@@ -236,7 +264,8 @@ class GlomoPretrainer2D(keras.Model):
         return self._update_metrics(loss, total_ce, total_values)
 
     def test_step(self, data):
-        loss, total_ce, total_values = self.context_loss(_images_from_data(data), training=False)
+        images, targets = _images_from_data(data)
+        loss, total_ce, total_values = self.context_loss(images, training=False, targets=targets)
         return self._update_metrics(loss, total_ce, total_values)
 
     def _update_metrics(self, loss, total_ce, total_values):
@@ -249,7 +278,8 @@ class GlomoPretrainer2D(keras.Model):
         config.update(
             graph_predictor=keras.saving.serialize_keras_object(self.graph_predictor),
             window=self.window, levels=self.levels, num_positions=self.num_positions,
-            feature_layers=self.feature_layers, composition=self.composition, seed=self.seed)
+            feature_layers=self.feature_layers, composition=self.composition,
+            target_channels=self.target_channels, seed=self.seed)
         return config
 
     @classmethod
@@ -269,11 +299,18 @@ def _as_images(images):
 
 
 def _images_from_data(data):
+    """``(images, targets or None)`` of a batch: images, ``(images,)``, ``(images, targets)``
+    or a dict with ``images`` (and ``targets``)."""
     if isinstance(data, dict):
         if "images" not in data:
             raise ValueError(
                 f"A dict batch for GlomoPretrainer2D needs an 'images' entry; got {sorted(data)}.")
-        return data["images"]
+        return data["images"], data.get("targets")
     if isinstance(data, (list, tuple)):
-        return data[0]
-    return data
+        return data[0], (data[1] if len(data) > 1 and _is_integer(data[1]) else None)
+    return data, None
+
+
+def _is_integer(value):
+    value = tf.convert_to_tensor(value)
+    return value.dtype.is_integer and value.shape.rank == 4
