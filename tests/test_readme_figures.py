@@ -287,3 +287,64 @@ def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
     row = (f"dense {dense} ms, top-8 {top8} ms at T {' / '.join(lengths)} "
            f"({sweep['dense_ms_over_form_ms']['top_k=8'][lengths[-1]]:.2f}x at T {lengths[-1]})")
     assert row in readme, row
+
+
+# ----------------------------------------------------------------------------- entmax15 transfer
+
+ENTMAX_TRANSFER = [("MR", "mr_entmax15_results.json"), ("SST-2", "sst2_entmax15_results.json")]
+
+
+def entmax_transfer_row(task, file):
+    """A row of the README's entmax15 transfer table: accuracy per variant, learned - uniform."""
+    summary = load(file)["summary"]
+    v = summary["variants"]
+    cells = [f"{100 * v[name]['mean']:.2f} ± {100 * v[name]['std']:.2f}"
+             for name in ("baseline", "uniform", "glomo_embeddings", "glomo_rnn")]
+    paired = [summary["paired_with_uniform"][name]
+              for name in ("glomo_embeddings", "glomo_rnn")]
+    cells += [f"{100 * p['mean_difference']:+.2f} ({p['wins']} / {p['losses']}, "
+              f"p {p['p']:.2f})" for p in paired]
+    return f"| {task} | {v['baseline']['seeds']} | " + " | ".join(cells) + " |"
+
+
+def graph_sources_row(task, name):
+    """A row of the README's "what the graphs point at" table: the learned graphs (mean over
+    directions and layers) against the uniform graph (mean over directions)."""
+    result = load(f"graph_sources_{name}.json")["directions"]
+    learned = [row for d in result.values() for row in d["learned"]]
+    uniform = [d["uniform"] for d in result.values()]
+
+    def mean(rows, key):
+        return sum(r[key] for r in rows) / len(rows)
+
+    def period(rows):
+        shares = []
+        for r in rows:
+            shares.append(next((s for w, s, *_ in r["top_sources"] if w == "."), 0.0))
+        return sum(shares) / len(shares)
+
+    def uniform_period():
+        shares = []
+        for r in learned:
+            shares.append(next((b for w, _, b in r["top_sources"] if w == "."), None))
+        return sum(shares) / len(shares)
+
+    return (f"| {task} | {mean(learned, 'sources'):.2f} / {mean(uniform, 'sources'):.1f} | "
+            f"{period(learned):.2f} / {uniform_period():.2f} | "
+            f"{mean(learned, 'frequent_share'):.2f} / {mean(uniform, 'frequent_share'):.2f} | "
+            f"{mean(learned, 'label_information'):.3f} / "
+            f"{mean(uniform, 'label_information'):.3f} |")
+
+
+def test_entmax15_transfer_and_graph_sources_come_from_their_json(readme):
+    for task, file in ENTMAX_TRANSFER:
+        row = entmax_transfer_row(task, file)
+        assert row in readme, f"README lacks: {row}"
+    for task, name in (("MR", "mr"), ("SUBJ", "subj"), ("SST-2", "sst2")):
+        row = graph_sources_row(task, name)
+        assert row in readme, f"README lacks: {row}"
+        # The prose: "`<unk>` and the period are the two most weighted sources of every graph".
+        for direction in load(f"graph_sources_{name}.json")["directions"].values():
+            for graph in direction["learned"]:
+                assert {w for w, *_ in graph["top_sources"][:2]} == {"<unk>", "."}
+    assert "`<unk>` and the period are the two most\nweighted sources of every graph" in readme
