@@ -196,6 +196,23 @@ def test_keras_round_trip_and_encode(tmp_path):
                                model.objective_losses(batch)["g2l"].numpy(), rtol=1e-5)
 
 
+def test_a_model_only_fitted_round_trips(tmp_path):
+    """Built by fit alone (never by build()): loading must still build it and read weights."""
+    batch = make_batch()
+    model = SentencePretrainer(V, MASK, embedding_dim=E, units=U, objectives=("qt", "sp"),
+                               seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    model.fit(batch, batch_size=4, epochs=2, verbose=0)
+    path = str(tmp_path / "fitted.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path, compile=False)
+    np.testing.assert_allclose(restored.encode(batch["source"]).numpy(),
+                               model.encode(batch["source"]).numpy(), atol=1e-6)
+    np.testing.assert_array_equal(restored.source_encoder.embeddings.numpy(),
+                                  model.source_encoder.embeddings.numpy())
+
+
+@pytest.mark.slow  # about 30 s on 2 shared cores
 def test_fit_learns_planted_pairs():
     """The target of sentence s is s with every id mapped by a fixed permutation: learnable."""
     rng = np.random.default_rng(0)
@@ -254,6 +271,7 @@ def test_argument_errors():
         model.objective_losses(make_batch()["source"])
 
 
+@pytest.mark.slow  # XLA compiles two GRU loops per encoder: about 90 s on 2 shared cores
 def test_a_jit_compiled_step_gives_the_same_losses():
     """XLA draws other random numbers than the CPU kernels, so the step is made deterministic:
     every objective on every batch and no corruption."""

@@ -161,6 +161,11 @@ class SentencePretrainer(keras.Model):
             conv.build((None, None, 2 * self.units))
         self.built = True
 
+    def get_build_config(self):
+        # Always present, also for a model built by its first call rather than by build(), so
+        # that loading builds every sub-layer before reading the weights.
+        return {"input_shape": None}
+
     def build_from_config(self, config):
         self.build()
 
@@ -226,7 +231,8 @@ class SentencePretrainer(keras.Model):
 
         ``active``: optional dict ``objective -> bool tensor``; an inactive objective's loss is
         0 and, when neither ``qt`` nor ``g2l`` is active, the pair's encoders do not run."""
-        source, target = _batch_columns(data, self.neighbours, self.objectives)
+        data = _batch_columns(data, self.neighbours, self.objectives)
+        source, target = data["source"], data.get("target")
         losses = {}
         pair_objectives = [o for o in ("qt", "g2l") if o in self.objectives]
 
@@ -372,8 +378,8 @@ def global_to_local_nce(queries, local, valid, l2_weight=0.0):
 
 
 def _batch_columns(data, neighbours, objectives):
-    if isinstance(data, (list, tuple)) and len(data) == 1:
-        data = data[0]
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], dict):
+        data = data[0]  # (x,) or (x, None, None) from Keras's data adapters
     if not isinstance(data, dict) or "source" not in data:
         raise ValueError("SentencePretrainer trains on dict batches {'source': ids, 'target': "
                          "ids} of consecutive sentences (glomo_tf.data.sentences); got "
@@ -384,7 +390,7 @@ def _batch_columns(data, neighbours, objectives):
     if "qt" in objectives and neighbours == "both" and "previous" not in data:
         raise ValueError("neighbours='both' needs the previous sentence too: a 'previous' "
                          "entry (glomo_tf.data.sentences.consecutive_sentences(..., 'both')).")
-    return data["source"], data.get("target")
+    return data
 
 
 def _copy(predictor):
