@@ -149,9 +149,26 @@ def test_glomo_graphs_on_the_embeddings(tmp_path):
                    input_shapes=[(None,)], bfloat16_rtol=0.1)
 
 
+def test_ids_beyond_the_predictors_vocabulary_read_as_unk():
+    """An encoder over the predictor's tokenizer plus [MASK] (id V): the predictor sees <unk>."""
+    predictor = _predictor()
+    encoder = SentenceEncoder(V + 1, E, U, graph_predictor=predictor)
+    ids = make_ids()
+    ids[0, 1] = V  # [MASK]
+    got = encoder(ids).numpy()
+    as_unk = ids.copy()
+    as_unk[0, 1] = 1
+    mask = ids != 0
+    fused = encoder.transfer([encoder.embedding(ids), as_unk])  # the predictor reads <unk>
+    forward = encoder.forward_gru(fused, mask=mask)[1]
+    backward = encoder.backward_gru(fused, mask=mask)[1]
+    np.testing.assert_allclose(got, np.concatenate([forward, backward], axis=1), atol=1e-6)
+    assert np.isfinite(got).all()
+
+
 def test_argument_errors():
-    with pytest.raises(ValueError, match="same tokenizer"):
-        SentenceEncoder(V + 1, E, U, graph_predictor=_predictor())
+    with pytest.raises(ValueError, match="only 22"):
+        SentenceEncoder(V - 1, E, U, graph_predictor=_predictor())
     with pytest.raises(ValueError, match="units"):
         SentenceEncoder(V, E, 0)
     with pytest.raises(TypeError, match="GraphPredictor"):

@@ -24,7 +24,9 @@ class SentenceEncoder(keras.layers.Layer):
 
     With a ``graph_predictor`` (usually a pretrained, frozen GLoMo predictor over the same
     vocabulary), a :class:`GlomoTransfer` sits between the embeddings and the GRUs: they read
-    ``[E ; gate(E, M E)]`` instead of ``E`` (Yang et al. 2018, Section 2.3). The thesis has no such
+    ``[E ; gate(E, M E)]`` instead of ``E`` (Yang et al. 2018, Section 2.3). The encoder's
+    vocabulary may extend the predictor's at the end (its tokenizer with ``[MASK]`` appended,
+    :func:`glomo_tf.data.sentences.with_mask_unit`): the predictor reads those ids as ``<unk>``. The thesis has no such
     encoder; it is this library's way to feed GLoMo graphs to a sentence encoder.
 
     Args:
@@ -32,7 +34,8 @@ class SentenceEncoder(keras.layers.Layer):
         embedding_dim: int, width of the word embeddings.
         units: int, width of each direction's GRU (the vector has ``2 * units``).
             Defaults: :data:`glomo_tf.hparams.SENTENCE_ENCODER` (the thesis' sizes).
-        graph_predictor: None, or a :class:`GraphPredictor` with the same ``vocabulary_size``.
+        graph_predictor: None, or a :class:`GraphPredictor` whose vocabulary the encoder's
+            starts with.
         num_mixtures: int, the transfer's mixtures per direction (with a ``graph_predictor``).
         fine_tune: bool, train the graph predictor too (default False: frozen).
         return_sequences: bool, return ``{"vector", "states"}`` instead of the vector alone.
@@ -75,11 +78,11 @@ class SentenceEncoder(keras.layers.Layer):
             raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor (e.g. "
                             "glomo_tf.load_graph_predictor(path)) or None, got "
                             f"{type(graph_predictor).__name__}.")
-        if graph_predictor is not None and graph_predictor.vocabulary_size != vocabulary_size:
+        if graph_predictor is not None and graph_predictor.vocabulary_size > vocabulary_size:
             raise ValueError(
                 f"the graph predictor reads {graph_predictor.vocabulary_size} ids but the encoder "
-                f"{vocabulary_size}: both must use the same tokenizer (the predictor's run's "
-                "tokenizer/ directory, with [MASK] added only if it has one).")
+                f"only {vocabulary_size}: the encoder's vocabulary must be the predictor's run's "
+                "tokenizer (with [MASK] appended, or not).")
         self.vocabulary_size = int(vocabulary_size)
         self.embedding_dim = int(embedding_dim)
         self.units = int(units)
@@ -125,7 +128,11 @@ class SentenceEncoder(keras.layers.Layer):
         mask = tf.not_equal(token_ids, 0)
         x = self.embedding(token_ids)
         if self.transfer is not None:
-            x = self.transfer([x, token_ids], training=training)
+            # Ids beyond the predictor's vocabulary ([MASK] appended to its tokenizer's) read as
+            # <unk> for the predictor.
+            known = token_ids < self.graph_predictor.vocabulary_size
+            predictor_ids = tf.where(known, token_ids, tf.ones_like(token_ids))
+            x = self.transfer([x, predictor_ids], training=training)
         forward, forward_last = self.forward_gru(x, mask=mask, training=training)
         backward, backward_last = self.backward_gru(x, mask=mask, training=training)
         vector = tf.concat([forward_last, backward_last], axis=-1)
