@@ -103,3 +103,32 @@ def test_bad_settings_raise():
         build_image_classifier((None, 8, 1), 10, "uniform")
     with pytest.raises(ValueError, match="block"):
         build_image_classifier((8, 8, 1), 10, blocks=(2, 0))
+
+
+@pytest.mark.slow
+def test_the_images_example_runs_at_a_toy_size(tmp_path):
+    """examples/glomo_images.py --quick: every part runs, the JSON and both figures are written
+    and the recovery figures are shares consistent with their corpus."""
+    import json
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import glomo_images
+
+    result = glomo_images.main(["--quick", "--seeds", "2", "--output-dir", str(tmp_path)])
+    with open(tmp_path / "glomo_images.json", encoding="utf-8") as handle:
+        saved = json.load(handle)
+    assert saved["digits"]["summary"] == json.loads(json.dumps(result["digits"]["summary"]))
+    for name in ("glomo_images_planted_figure4.png", "glomo_images_digits_figure4.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    for direction in ("forward", "backward"):
+        report = saved["planted"]["recovery"][direction]
+        shares = np.array(report["share_per_layer_head"])
+        assert shares.shape == (2, 4) and np.all((0 <= shares) & (shares <= 1))
+        assert report["best_head"]["share"] == pytest.approx(shares.max(), abs=1e-4)
+        assert 0 < report["chance"] < report["positional_baseline"]["share"] <= 1
+    runs = saved["digits"]["runs"]
+    assert sorted({(r["variant"], r["seed"]) for r in runs}) == sorted(
+        (v, s) for v in ("baseline", "glomo", "uniform") for s in (0, 1))
+    assert all(0 <= r["accuracy"] <= 1 for r in runs)
