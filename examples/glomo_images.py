@@ -12,6 +12,10 @@
 3. **figures**: the paper's Figure 4 for a held-out digit and a planted image: the forward
    graph's edges of the centre pixel and of the bottom-right pixel, every layer and head.
 
+``--parts cifar_shape`` (not in the default run) times CIFAR-10's shape (32x32, T = 1,024) end
+to end on synthetic images: a pretraining step at the default sizes and a ResNet step with the
+graphs, and the peak memory (``glomo_images_cifar_shape.json``).
+
 Writes ``glomo_images.json`` and ``glomo_images_*.png`` to ``--output-dir``
 (``examples/outputs``). ``--quick`` runs every part at a toy size (a test runs it).
 
@@ -155,6 +159,44 @@ def run_digits(sizes, seed=0):
             "runs": runs, "summary": summary}, model, test[0]
 
 
+def run_cifar_shape(batch_size=4, steps=3, seed=0):
+    """CIFAR-10's shape (32x32x3, T = 1,024) end to end on synthetic images: one pretraining
+    step of the default-sized GlomoPretrainer2D and one training step of the ResNet with GLoMo
+    graphs; seconds per step after the first (compilation) and the process's peak memory."""
+    import resource
+
+    import keras
+
+    from glomo_tf import GlomoPretrainer2D, build_image_classifier
+    from glomo_tf.hparams import GRAPH_PREDICTOR_2D
+
+    keras.utils.set_random_seed(seed)
+    images = np.random.default_rng(seed).uniform(0, 1, (batch_size, 32, 32, 3)).astype("float32")
+    labels = np.arange(batch_size) % 10
+    pretrainer = GlomoPretrainer2D.from_sizes(seed=seed)  # hparams.GRAPH_PREDICTOR_2D sizes
+    pretrainer.compile(optimizer=keras.optimizers.Adam(1e-3))
+    classifier = build_image_classifier((32, 32, 3), 10, "glomo", pretrainer.graph_predictor,
+                                        width=16)
+    classifier.compile(optimizer=keras.optimizers.Adam(1e-3),
+                       loss="sparse_categorical_crossentropy")
+    timings = {}
+    for name, step in (("pretraining_step", lambda: pretrainer.train_on_batch(images)),
+                       ("classifier_step", lambda: classifier.train_on_batch(images, labels))):
+        step()  # builds and traces
+        start = time.time()
+        for _ in range(steps):
+            step()
+        timings[name] = round((time.time() - start) / steps, 3)
+    p = GRAPH_PREDICTOR_2D
+    length = 32 * 32
+    graph_bytes = batch_size * 2 * p["num_layers"] * p["num_heads"] * length ** 2 * 4
+    return {"batch_size": batch_size, "T": length, "predictor": dict(p),
+            "seconds_per_step": timings,
+            "graphs_megabytes_per_batch": round(graph_bytes / 2 ** 20, 1),
+            "peak_rss_megabytes": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                                        1)}
+
+
 def figure4(graphs, image, title, path):
     """The paper's Figure 4: the input, and per layer and head the forward edges of the centre
     pixel and of the bottom-right pixel, as images (``graphs``: ``[2, L, K, T, T]``)."""
@@ -196,7 +238,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="toy sizes (checks the plumbing)")
     parser.add_argument("--seeds", type=int, help="paired seeds of the digits comparison")
     parser.add_argument("--parts", nargs="+", default=["planted", "digits"],
-                        choices=["planted", "digits"])
+                        choices=["planted", "digits", "cifar_shape"],
+                        help="cifar_shape (not run by default) writes its own "
+                             "glomo_images_cifar_shape.json")
     args = parser.parse_args(argv)
     sizes = dict(QUICK if args.quick else DEFAULTS)
     if args.seeds is not None:
@@ -219,8 +263,14 @@ def main(argv=None):
             "Held-out digit: forward edges of the centre and bottom-right pixels",
             os.path.join(args.output_dir, "glomo_images_digits_figure4.png"))
         print(json.dumps(result["digits"]["summary"], indent=1))
+    if "cifar_shape" in args.parts:
+        result["cifar_shape"] = run_cifar_shape(batch_size=2 if args.quick else 4,
+                                                steps=1 if args.quick else 3)
+        print(json.dumps(result["cifar_shape"], indent=1))
     result["wall_seconds"] = round(time.time() - start, 1)
-    path = os.path.join(args.output_dir, "glomo_images.json")
+    alone = args.parts == ["cifar_shape"]
+    path = os.path.join(args.output_dir,
+                        "glomo_images_cifar_shape.json" if alone else "glomo_images.json")
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     print(f"wrote {path} ({result['wall_seconds']} s)")

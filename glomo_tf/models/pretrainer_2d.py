@@ -1,4 +1,4 @@
-"""``GlomoPretrainer2D``: unsupervised GLoMo pretraining on images, a ``keras.Model`` with ``fit()``."""
+"""``GlomoPretrainer2D``: unsupervised GLoMo pretraining on images, a ``keras.Model`` with fit."""
 
 import keras
 import tensorflow as tf
