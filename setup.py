@@ -13,10 +13,14 @@ CORE = [
     "tqdm>=4.66",
 ]
 EXTRAS = {
-    "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "pyyaml>=6"],
+    # scikit-learn: the tests of `glomo probe` and of the digits image set need it.
+    "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "pyyaml>=6",
+             "scikit-learn>=1.5,<2"],
     "tune": ["keras-tuner==1.4.8"],
     "serve": ["tensorflow-serving-api==2.21.0"],
     "datasets": ["tensorflow-datasets==4.9.10"],
+    # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
+    "sklearn": ["scikit-learn>=1.5,<2"],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 
