@@ -12,6 +12,8 @@ from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.layers.related.sentence_encoder import SentenceEncoder
 
 _P = SENTENCE_PRETRAINER
+# More than the random draws of one training step (1 for the objectives, 4 per corruption).
+DRAWS_PER_STEP = 64
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -279,6 +281,7 @@ class SentencePretrainer(keras.Model):
 
     # ------------------------------------------------------------------ fit / evaluate
     def train_step(self, data):
+        self._seed_from_step()
         active = self.sample_objectives()
         # Objectives not drawn are skipped with tf.cond; XLA cannot compile the GRUs' loops
         # inside a cond, so a jit-compiled step computes them all and zeroes those not drawn.
@@ -296,6 +299,14 @@ class SentencePretrainer(keras.Model):
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
         self.optimizer.apply(grads, variables)
         return self._update_metrics(loss, losses, active)
+
+    def _seed_from_step(self):
+        """Makes the step's random draws (objectives, corruptions) a function of the seed and the
+        optimizer's step alone, so a run resumed from a checkpoint draws what an uninterrupted
+        run draws: the generator's counter is set to ``DRAWS_PER_STEP * step``."""
+        state = self.seed_generator.state
+        step = tf.cast(self.optimizer.iterations, state.dtype) * DRAWS_PER_STEP
+        state.assign(tf.stack([state[0], step]))
 
     def test_step(self, data):
         losses = self.objective_losses(data, training=False)

@@ -1,0 +1,126 @@
+"""glomo sentence-pretrain: the run directory, resuming with exactly the weights an uninterrupted
+run reaches, settings checked on resume, one-line errors, GLoMo graphs from a pretrain run, and
+the run read back by glomo probe."""
+
+import json
+import os
+import random
+
+import keras
+import numpy as np
+import pytest
+
+from glomo_tf import SentencePretrainer, cli
+from glomo_tf.data.sentences import MASK
+from glomo_tf.data.vocabulary import Tokenizer
+
+TINY = ["--format", "lines", "--embedding-dim", "6", "--units", "5", "--batch-size", "12",
+        "--max-length", "10", "--checkpoint-every", "3", "--verbose", "0", "--seed", "4",
+        "--learning-rate", "0.01"]
+WORDS = "the a cat dog sat ran on under mat house big small red blue".split()
+
+
+def write_corpus(path, documents=20, seed=0):
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(documents):
+            for _ in range(4):
+                f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))) + " .\n")
+            f.write("\n")
+    return str(path)
+
+
+def pretrain(corpus, run_dir, *extra):
+    return cli.main(["sentence-pretrain", "--train", corpus, "--output-dir", str(run_dir),
+                     *TINY, *extra])
+
+
+def weights(run_dir):
+    model = keras.saving.load_model(os.path.join(run_dir, "sentence_pretrainer.keras"),
+                                    compile=False)
+    return model, model.get_weights()
+
+
+@pytest.mark.slow  # five short runs: about 2 minutes on 2 shared cores
+def test_run_directory_and_resume_equal_an_uninterrupted_run(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt")  # 60 pairs: 5 steps of 12 per epoch
+    straight = tmp_path / "straight"
+    assert pretrain(corpus, straight, "--epochs", "2") == 0
+    for name in ("config.json", "metrics.json", "sentence_pretrainer.keras",
+                 "tokenizer/vocab.txt", "checkpoints/latest"):
+        assert os.path.exists(straight / name), name
+    metrics = json.load(open(straight / "metrics.json"))
+    assert metrics["steps"] == 10 and metrics["pairs"] == 60
+    assert set(metrics["last_epoch"]) == {"loss", "qt_loss", "sp_loss", "g2l_loss"}
+    tokenizer = Tokenizer.load(str(straight / "tokenizer"))
+    assert MASK in tokenizer.vocabulary
+    model, trained = weights(straight)
+    assert isinstance(model, SentencePretrainer) and model.units == 5
+
+    resumed = tmp_path / "resumed"
+    assert pretrain(corpus, resumed, "--epochs", "1") == 0
+    capsys.readouterr()
+    assert pretrain(corpus, resumed, "--epochs", "2") == 0
+    assert "Resuming from" in capsys.readouterr().out
+    assert json.load(open(resumed / "metrics.json"))["steps"] == 10
+    for a, b in zip(weights(resumed)[1], trained):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # The first epoch alone ended elsewhere: the resumed run did train on.
+    assert pretrain(corpus, tmp_path / "one", "--epochs", "1") == 0
+    assert max(np.abs(a - b).max() for a, b in zip(weights(tmp_path / "one")[1], trained)) > 1e-4
+    # Once done, a rerun trains nothing more.
+    assert pretrain(corpus, resumed, "--epochs", "2") == 0
+    assert "Already trained" in capsys.readouterr().out
+
+
+def test_changed_settings_are_refused_on_resume(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    run_dir = tmp_path / "run"
+    assert pretrain(corpus, run_dir, "--epochs", "1", "--objectives", "qt", "sp") == 0
+    capsys.readouterr()
+    assert pretrain(corpus, run_dir, "--epochs", "2", "--objectives", "qt") == 2
+    err = capsys.readouterr().err
+    assert "objectives" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--objectives-per-batch", "0"], "--objectives-per-batch"),
+    (["--batch-size", "1"], "--batch-size must be at least 2"),
+    (["--batch-size", "500"], "fewer than one batch"),
+    (["--graph-run", "nowhere"], "graph_predictor.keras"),
+])
+def test_one_line_errors(tmp_path, capsys, extra, message):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    assert pretrain(corpus, tmp_path / "run", *extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # a glomo pretrain run, a sentence-pretrain run and a probe
+def test_graph_run_feeds_glomo_graphs_and_probe_reads_the_run(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    graph_run = tmp_path / "glomo"
+    assert cli.main(["pretrain", "--train", corpus, "--output-dir", str(graph_run),
+                     "--window", "8", "--shift", "4", "--hidden-dim", "8", "--layers", "1",
+                     "--heads", "2", "--conv-layers", "1", "--decoder-layers", "1",
+                     "--context-length", "1", "--batch-size", "4", "--epochs", "1",
+                     "--steps-per-epoch", "2", "--verbose", "0"]) == 0
+    run_dir = tmp_path / "run"
+    assert pretrain(corpus, run_dir, "--epochs", "1", "--graph-run", str(graph_run)) == 0
+    model, _ = weights(run_dir)
+    assert model.source_encoder.transfer is not None
+    glomo_vocab = Tokenizer.load(str(graph_run / "tokenizer")).vocabulary.tokens
+    assert Tokenizer.load(str(run_dir / "tokenizer")).vocabulary.tokens == glomo_vocab + [MASK]
+    task = tmp_path / "task.tsv"
+    rng = np.random.default_rng(0)
+    with open(task, "w") as f:
+        f.write("text\tlabel\n")
+        for i in range(40):
+            f.write(f"the {'cat' if i % 2 else 'dog'} sat on {rng.choice(WORDS)}\t{i % 2}\n")
+    capsys.readouterr()
+    assert cli.main(["probe", "--run", str(run_dir), "--baselines", "bow", "random",
+                     "--glomo-run", str(graph_run), "--file", str(task), "--folds", "2",
+                     "--inner-folds", "2", "--c-values", "1"]) == 0
+    out = capsys.readouterr().out
+    for name in ("| run |", "| bow |", "| random |", "| glomo:glomo |"):
+        assert name in out
