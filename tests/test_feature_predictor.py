@@ -85,6 +85,28 @@ def test_composition_matches_numpy(composition, per_direction, rng):
 
 
 @pytest.mark.parametrize("composition", ["gru", "residual", "projected"])
+def test_top_features_are_the_last_layer_at_each_directions_positions(composition, rng):
+    """top_features composes the top layer at the given rows only: the NumPy Eq. 2's last layer
+    at positions[z] of direction z (repeats, padded positions and unsorted rows included)."""
+    layer = FeaturePredictor(D, K, composition=composition)
+    features = rng.normal(size=(B, T, D)).astype("float32")
+    graphs = random_graphs(rng)
+    mask = np.ones((B, T), bool)
+    mask[1, 4:] = False
+    positions = np.array([[5, 0, 3, 3], [1, 4, 2, 5]], "int32")  # [2, S]
+    layer(features, graphs)
+    randomize(layer, rng)
+    got = layer.top_features(features, graphs, positions, padding_mask=mask).numpy()
+    assert got.shape == (B, 2, positions.shape[1], D)
+    expected = np_feature_predictor(layer, features, graphs, mask.astype(np.float64))[:, :, -1]
+    for z in range(2):
+        np.testing.assert_allclose(got[:, z], expected[:, z, positions[z]], rtol=1e-4, atol=1e-5)
+    assert np.all(got[1, 1, 1] == 0.0)  # position 4 of the padded example
+    np.testing.assert_allclose(  # the same rows as the layer's call, to float round-off
+        got[:, 0], layer(features, graphs, mask).numpy()[:, 0, -1][:, positions[0]], atol=1e-6)
+
+
+@pytest.mark.parametrize("composition", ["gru", "residual", "projected"])
 def test_padding_mask_zeroes_padded_positions(composition, rng):
     layer = FeaturePredictor(D, K, composition=composition)
     features = rng.normal(size=(B, T, D)).astype("float32")

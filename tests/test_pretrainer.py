@@ -170,6 +170,34 @@ def test_evaluate_perplexity_matches_numpy_cross_entropy():
     np.testing.assert_allclose(chance["loss"], np.log(V), rtol=1e-5)
 
 
+def test_sampled_positions_loss_equals_decoding_from_every_positions_features():
+    """With sampled positions the pretrainer composes its top layer at those positions only
+    (FeaturePredictor.top_features); the loss equals decoding from the full features gathered at
+    the same positions (a twin model with the same seed draws the same positions)."""
+    model, twin = make_model(num_positions=3, seed=4), make_model(num_positions=3, seed=4)
+    model(IDS), twin(IDS)
+    weights = [np.random.default_rng(5).normal(0, 0.3, w.shape).astype("float32")
+               for w in model.weights]
+    model.set_weights(weights)
+    twin.set_weights(weights)
+    loss, total_ce, total_units = model.context_loss(IDS)
+
+    out = twin(IDS)
+    top = out["features"][:, :, -1].numpy()  # [B, 2, T, d]: every position composed
+    expected_ce, losses = 0.0, []
+    for z, decoder in enumerate(twin.decoders):
+        positions = twin.sample_positions(IDS.shape[1])
+        dec = decoder(top[:, z][:, positions.numpy()], positions, IDS,
+                      twin.graph_predictor.embeddings)
+        ce = keras.losses.sparse_categorical_crossentropy(dec["targets"], dec["logits"],
+                                                          from_logits=True).numpy()
+        weights_z = dec["weights"].numpy()
+        expected_ce += (ce * weights_z).sum()
+        losses.append((ce * weights_z).sum() / max(weights_z.sum(), 1.0))
+    np.testing.assert_allclose(float(total_ce), expected_ce, rtol=1e-5)
+    np.testing.assert_allclose(float(loss), 0.5 * sum(losses), rtol=1e-5)
+
+
 @pytest.mark.slow
 def test_jit_compile():
     model = make_model(num_positions=3, seed=1, num_layers=1, decoder_layers=1)

@@ -106,15 +106,46 @@ class FeaturePredictor(keras.layers.Layer):
             outputs.append(features)
         return tf.stack(outputs, axis=2)
 
-    def compose(self, features, graph):
-        """One layer of Eq. 2: ``features [B, 2, T, d]``, ``graph [B, 2, K, T, T]`` -> ``[B, 2, T, d]``."""
+    def top_features(self, features, graphs, positions, padding_mask=None):
+        """The last layer's features at ``positions`` only: ``[batch, 2, S, d]``.
+
+        ``positions``: int ``[2, S]``, the rows wanted in each direction. Equals
+        ``call(features, graphs, padding_mask)[:, z, -1]`` gathered at ``positions[z]``, but the
+        last layer composes those rows only: pretraining decodes from a few sampled positions
+        (``num_positions`` of ``T``), and the top layer's other rows would be computed for nothing
+        (their messages and the cell; every lower layer is needed whole).
+        """
+        if not self.built:
+            self.build(features.shape, graphs.shape)
+        features = tf.cast(features, self.compute_dtype)
+        graphs = tf.cast(graphs, self.compute_dtype)
+        if features.shape.rank == 3:
+            features = tf.stack([features, features], axis=1)
+        for layer in range(graphs.shape[2] - 1):
+            features = self.compose(features, graphs[:, :, layer])
+            if padding_mask is not None:
+                features = features * tf.cast(padding_mask, features.dtype)[:, None, :, None]
+        positions = tf.cast(positions, tf.int32)
+        top = self.compose(features, graphs[:, :, -1], rows=positions)
+        if padding_mask is not None:
+            mask = tf.gather(tf.cast(padding_mask, top.dtype), positions, axis=1)  # [B, 2, S]
+            top = top * mask[..., None]
+        return top
+
+    def compose(self, features, graph, rows=None):
+        """One layer of Eq. 2: ``features [B, 2, T, d]``, ``graph [B, 2, K, T, T]`` -> ``[B, 2, T, d]``;
+        with ``rows`` (int ``[2, S]``), only those receiving rows of each direction:
+        ``[B, 2, S, d]``."""
         shape = tf.shape(features)
         values = features
         if self.composition == "projected":
             values = tf.einsum("bzsd,zde->bzse", features, self._w(self.value_kernel))
         heads = tf.reshape(values, [shape[0], 2, shape[2], self.num_heads,
                                     self.hidden_dim // self.num_heads])
-        message = tf.reshape(tf.einsum("bzkts,bzskc->bztkc", graph, heads), shape)
+        if rows is not None:
+            graph = _direction_rows(graph, rows, axis=3)  # [B, 2, K, S, T]
+            features = _direction_rows(features, rows, axis=2)  # the receivers' own features
+        message = tf.reshape(tf.einsum("bzkts,bzskc->bztkc", graph, heads), tf.shape(features))
         if self.composition == "projected":
             update = tf.einsum("bztd,zde->bzte", message, self._w(self.output_kernel))
             return self.norm(features + update + self._w(self.bias))
@@ -138,3 +169,13 @@ class FeaturePredictor(keras.layers.Layer):
         config.update({"hidden_dim": self.hidden_dim, "num_heads": self.num_heads,
                        "composition": self.composition})
         return config
+
+
+def _direction_rows(x, rows, axis):
+    """``x [B, 2, ...]`` cut to each direction's ``rows[z]`` along ``axis`` (``rows [2, S]``)."""
+    by_direction = tf.gather(tf.transpose(x, _swap_first_two(x)), rows, axis=axis, batch_dims=1)
+    return tf.transpose(by_direction, _swap_first_two(x))
+
+
+def _swap_first_two(x):
+    return [1, 0] + list(range(2, x.shape.rank))

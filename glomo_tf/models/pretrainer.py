@@ -158,13 +158,12 @@ class GlomoPretrainer(keras.Model):
     def context_loss(self, token_ids, training=False):
         """Returns ``(loss, total cross-entropy, number of predicted units)`` for a batch."""
         token_ids = _as_ids(token_ids)
-        out = self(token_ids, training=training)
-        top = out["features"][:, :, -1]  # [B, 2, T, d]
-        embedding_matrix = self.graph_predictor.embeddings
         length = tf.shape(token_ids)[1]
+        starts = self._decoder_states(token_ids, length, training)
+        embedding_matrix = self.graph_predictor.embeddings
         losses, total_ce, total_units = [], 0.0, 0.0
         for z, decoder in enumerate(self.decoders):
-            states, positions = self._decoder_starts(top[:, z], out["padding_mask"], z, length)
+            states, positions = starts[z]
             dec = decoder(states, positions, token_ids, embedding_matrix, training=training)
             ce = keras.losses.sparse_categorical_crossentropy(
                 dec["targets"], tf.cast(dec["logits"], tf.float32), from_logits=True)
@@ -174,6 +173,27 @@ class GlomoPretrainer(keras.Model):
             total_ce += direction_ce
             total_units += direction_units
         return 0.5 * (losses[0] + losses[1]), total_ce, total_units
+
+    def _decoder_states(self, token_ids, length, training):
+        """Each direction's decoder ``(initial states [B, S, d], start positions [S])``.
+
+        With the unit-level objective and sampled positions, a decoupled predictor composes its
+        top layer at the sampled positions only (:meth:`FeaturePredictor.top_features`): the
+        same states as gathering them from every position's features, without the rest."""
+        if not self.built:  # the sublayers are called directly below, not through call()
+            self.build()
+        if (self.objective == "unit" and self.num_positions is not None
+                and self.feature_predictor is not None):
+            positions = [self.sample_positions(length) for _ in self.decoders]
+            out = self.graph_predictor(token_ids, training=training)
+            top = self.feature_predictor.top_features(
+                self.graph_predictor.embed(token_ids), out["graphs"], tf.stack(positions),
+                out["padding_mask"])  # [B, 2, S, d]
+            return [(top[:, z], positions[z]) for z in range(len(self.decoders))]
+        out = self(token_ids, training=training)
+        top = out["features"][:, :, -1]  # [B, 2, T, d]
+        return [self._decoder_starts(top[:, z], out["padding_mask"], z, length)
+                for z in range(len(self.decoders))]
 
     def _decoder_starts(self, top, padding_mask, direction, length):
         """Initial states ``[B, S, d]`` and start positions ``[S]`` of one direction's decoder."""
