@@ -124,3 +124,28 @@ def test_graph_run_feeds_glomo_graphs_and_probe_reads_the_run(tmp_path, capsys):
     out = capsys.readouterr().out
     for name in ("| run |", "| bow |", "| random |", "| glomo:glomo |"):
         assert name in out
+
+
+@pytest.mark.slow  # four toy pretraining runs and a probe: about 3 minutes on 2 shared cores
+@pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), os.pardir, "shared", "data", "wikitext2")),
+    reason="the shared WikiText-2, MR, SUBJ and SST copies are absent")
+def test_the_measured_example_runs_at_toy_size(tmp_path):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        "sentence_encoders.py")
+    spec = importlib.util.spec_from_file_location("sentence_encoders", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    output = tmp_path / "out.json"
+    out = example.main(["--tiny", "--runs-dir", str(tmp_path / "runs"), "--output", str(output)])
+    saved = json.load(open(output))
+    assert set(saved["probe"]) == set(example.VARIANTS) | {"bow", "random"}
+    for row in saved["probe"].values():
+        assert set(row) == {"mr", "subj", "sst2"}
+        assert all(0.0 <= r["accuracy"] <= 1.0 for r in row.values())
+    assert set(saved["comparisons"]["drop_when_left_out"]) == {"qt", "sp", "g2l"}
+    for name, metrics in saved["pretraining"].items():
+        assert metrics["steps"] == 3, name  # the same budget for every objective set
+    assert out["table"].startswith("| encoder | mr | subj | sst2 |")
