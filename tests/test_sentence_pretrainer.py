@@ -286,3 +286,22 @@ def test_a_jit_compiled_step_gives_the_same_losses():
     for key in logs[0]:
         np.testing.assert_allclose(logs[1][key], logs[0][key], rtol=1e-4, err_msg=key)
     assert logs[0]["loss"] > 0
+
+
+def test_signatures_and_the_command_hold_the_hparams_defaults():
+    import inspect
+
+    from glomo_tf import SentenceEncoder, hparams
+    from glomo_tf.cli.sentence_pretrain import D
+
+    def defaults(f):
+        return {k: p.default for k, p in inspect.signature(f).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+
+    model = defaults(SentencePretrainer.__init__)
+    assert {k: model[k] for k in hparams.SENTENCE_PRETRAINER} == hparams.SENTENCE_PRETRAINER
+    for f in (SentencePretrainer.__init__, SentenceEncoder.__init__):
+        assert {k: defaults(f)[k] for k in hparams.SENTENCE_ENCODER} == hparams.SENTENCE_ENCODER
+    for k, v in {**hparams.SENTENCE_PRETRAIN_COMMAND, **hparams.SENTENCE_ENCODER}.items():
+        assert getattr(D, k) == v, k
+    assert tuple(D.objectives) == hparams.SENTENCE_OBJECTIVES
