@@ -122,12 +122,40 @@ def top_k_accuracy_row():
             f"`{r['commands']['top8']}` |")
 
 
+def peer_row(script, output):
+    """A benchmark timed beside the PyTorch peer: tokens/s of both and the ratio per round."""
+    r = load(output)
+    best = r["best_mode"]
+    rounds = r["ratio_vs_peer_rounds"][best]
+    config = r["config"]
+    figures = (f"B {config['batch']}, T {config['seq']}, d {config['d']}: glomo_tf {best} "
+               f"{r['tokens_per_s'][best]:,.0f} tokens/s, peer {r['peer']['tokens_per_s']:,.0f}: "
+               f"{r['ratio_best_vs_peer']:.2f}x (rounds {min(rounds):.2f}-{max(rounds):.2f}x)")
+    return row(script, output, figures, r)
+
+
+PEER_OUTPUTS = (("extract_throughput.py", "extract_throughput"),
+                ("extract_throughput.py", "extract_throughput_features"),
+                ("extract_throughput.py", "extract_throughput_t512_top8"),
+                ("pretrain_throughput.py", "pretrain_throughput"))
+
+
+def transfer_cost_row():
+    r = load("transfer_cost")
+    ratio = r["results"]["function/forward_backward"]["explicit_over_chained_ms"]
+    figures = ("forward+backward, explicit / chained time: "
+               + ", ".join(f"{ratio[t]:.2f} at T {t}" for t in ratio)
+               + f"; outputs equal to {r['max_abs_diff_output']:.0e}")
+    return row("transfer_cost.py", "transfer_cost", figures, r)
+
+
 def all_rows():
     return [transfer_overhead_row(name) for name in (
         "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
         "transfer_overhead_cache_topk_large")] + [
         sparse_mixture_row(), serving_latency_row(), *serving_soak_rows(),
-        *ordered_memory_rows(), top_k_accuracy_row()]
+        *ordered_memory_rows(), top_k_accuracy_row(),
+        *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row()]
 
 
 @pytest.fixture(scope="module")

@@ -348,3 +348,43 @@ def test_entmax15_transfer_and_graph_sources_come_from_their_json(readme):
             for graph in direction["learned"]:
                 assert {w for w, *_ in graph["top_sources"][:2]} == {"<unk>", "."}
     assert "`<unk>` and the period are the two most\nweighted sources of every graph" in readme
+
+
+# ----------------------------------------------------------------------------- speed vs the peer
+
+PEER_ROWS = (("graph extraction, both directions", "extract_throughput"),
+             ("the same plus the feature-predictor composition the peer's extract also runs",
+              "extract_throughput_features"),
+             ("extraction at T 512 (batch 4), glomo_tf returning the 8 heaviest sources per unit",
+              "extract_throughput_t512_top8"),
+             ("pretraining step (forward, loss, backward, clipped SGD)", "pretrain_throughput"))
+
+
+def peer_speed_row(label, name):
+    """A row of the README's speed table, from benchmarks/outputs/NAME.json."""
+    with open(os.path.join(REPO, "benchmarks", "outputs", name + ".json"),
+              encoding="utf-8") as handle:
+        r = json.load(handle)
+    best = r["best_mode"]
+    rounds = r["ratio_vs_peer_rounds"][best]
+    return (f"| {label} | `{r['recorded']['command'].replace(' --peer /work/peer-venv/bin/python', ' --peer PYTHON')}` | "
+            f"{r['tokens_per_s'][best]:,.0f} tokens/s ({best}) | {r['peer']['tokens_per_s']:,.0f} "
+            f"| **{r['ratio_best_vs_peer']:.2f}x** (rounds {min(rounds):.2f}-{max(rounds):.2f}x) |")
+
+
+def transfer_cost_sentence():
+    with open(os.path.join(REPO, "benchmarks", "outputs", "transfer_cost.json"),
+              encoding="utf-8") as handle:
+        r = json.load(handle)
+    both = r["results"]["function/forward_backward"]["explicit_over_chained_ms"]
+    forward = r["results"]["function/forward"]["explicit_over_chained_ms"]
+    return ("explicit / chained time: " + ", ".join(f"{both[t]:.2f} at T {t}" for t in both)
+            + " (forward only: " + ", ".join(f"{forward[t]:.2f}" for t in forward) + ")")
+
+
+def test_speed_figures_come_from_the_benchmark_json(readme):
+    for label, name in PEER_ROWS:
+        row = peer_speed_row(label, name)
+        assert row in readme, f"README lacks: {row}"
+    sentence = transfer_cost_sentence()
+    assert sentence in readme, f"README lacks: {sentence}"
