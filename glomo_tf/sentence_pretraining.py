@@ -221,6 +221,9 @@ def _train(s, run_dir):
     else:
         print(f"Already trained for {s.epochs} epochs ({step} steps); raise --epochs to train "
               "more.")
+        if os.path.isfile(os.path.join(run_dir, MODEL_FILE)) and \
+                os.path.isfile(os.path.join(run_dir, "metrics.json")):
+            return 0  # the finished run's outputs stay as they are
     trained_steps = int(model.optimizer.iterations.numpy()) - step
     fit_seconds = time.perf_counter() - fit_started
     logs = {}
