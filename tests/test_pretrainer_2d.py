@@ -169,6 +169,12 @@ def test_fit_lowers_the_loss_on_a_learnable_image_set():
     losses = history.history["loss"]
     assert sorted(history.history) == ["loss", "perplexity"]
     assert losses[-1] < 0.5 * losses[0]
+    # train_on_batch and evaluate take images alone, or with labels that are not targets.
+    logs = model.train_on_batch(x[:8], return_dict=True)
+    assert np.isfinite(logs["loss"])
+    evaluated = model.evaluate(x, np.zeros(len(x), "int32"), batch_size=8, verbose=0,
+                               return_dict=True)
+    assert evaluated["loss"] < losses[0]
 
 
 def test_keras_round_trip(tmp_path):

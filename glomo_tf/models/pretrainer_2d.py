@@ -312,5 +312,7 @@ def _images_from_data(data):
 
 
 def _is_integer(value):
+    if value is None:  # train_on_batch(images) passes (images, None, None)
+        return False
     value = tf.convert_to_tensor(value)
     return value.dtype.is_integer and value.shape.rank == 4
