@@ -68,7 +68,8 @@ def pretrain(images, model_config, epochs, steps, batch_size, seed, learning_rat
                   jit_compile=True)
     data = (tf.data.Dataset.from_tensor_slices(images if targets is None else (images, targets))
             .shuffle(len(images), seed=seed).repeat().batch(batch_size, drop_remainder=True))
-    history = model.fit(data, epochs=epochs, steps_per_epoch=steps, verbose=2)
+    history = model.fit(data, epochs=epochs, steps_per_epoch=steps, verbose=2,
+                        shuffle=False)  # the dataset shuffles itself
     return model, history.history
 
 
