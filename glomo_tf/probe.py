@@ -12,6 +12,9 @@ and a logistic regression (scikit-learn's) is trained on the vectors.
 * Tasks with a split (SST-2): ``C`` is chosen on the dev split, the classifier trained on train,
   and the score is the test accuracy.
 
+The classifier is scikit-learn's ``LogisticRegression(C=C)`` with its defaults, as SentEval's
+(lbfgs, at most 100 iterations: :data:`MAX_ITER`); features are used as they come, unscaled.
+
 Encoders (:func:`load_encoders`): a :class:`~glomo_tf.SentencePretrainer` run directory
 (``[Enc_src(s) ; Enc_trg(s)]``), and the baselines of the same table: ``bow``, the mean of the run's
 trained word embeddings (both encoders' tables, concatenated); ``random``, an untrained
@@ -259,9 +262,32 @@ def _subset(texts, labels, max_examples, seed):
 
 
 # ---------------------------------------------------------------------------------- the probe
+MAX_ITER = 100  # SentEval's: scikit-learn's default for LogisticRegression
+
+
 def _classifier(c, seed):
     from sklearn.linear_model import LogisticRegression
-    return LogisticRegression(C=c, max_iter=2000, random_state=seed)
+    return _QuietFit(LogisticRegression(C=c, max_iter=MAX_ITER, random_state=seed))
+
+
+class _QuietFit:
+    """A classifier whose ``fit`` does not warn when lbfgs stops at ``MAX_ITER`` iterations
+    (SentEval stops there too; the warning would repeat for every fold and ``C``)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def fit(self, x, y):
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            self.model.fit(x, y)
+        return self
+
+    def predict(self, x):
+        return self.model.predict(x)
 
 
 def _fit_score(features, labels, train, test, c, seed):
