@@ -508,3 +508,27 @@ def test_live_rows_counts_rows_with_weight():
     graphs[0, 1, 0, 0, 0, 1] = 0.5  # backward head 0: row 0 half-weighted (dead), row 1 dead
     live = ops.live_rows(graphs, mask).numpy()
     np.testing.assert_allclose(live, [[[0.5, 1.0]], [[0.0, 0.0]]])
+
+
+def test_graphs_from_features_is_what_call_computes_after_its_cnns():
+    """The public Eq. 1 on given features: the predictor's own key/query stacks in give its
+    call's graphs; a coupled predictor refuses."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(3)
+    predictor = GraphPredictor(vocabulary_size=20, hidden_dim=8, num_layers=2, num_heads=2,
+                               conv_layers=1)
+    ids = np.array([[3, 4, 5, 6, 0], [7, 8, 9, 0, 0]], "int32")
+    expected = predictor(ids)["graphs"].numpy()
+    padding = ids != 0
+    stacks = predictor._inference_conv_stacks(
+        predictor.embed(ids), tf.cast(padding, "float32")[:, :, None])
+    keys = tf.stack([stacks[0], stacks[2]], axis=1)
+    queries = tf.stack([stacks[1], stacks[3]], axis=1)
+    got = predictor.graphs_from_features(queries, keys, padding).numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    coupled = GraphPredictor(vocabulary_size=20, hidden_dim=8, num_layers=1, num_heads=2,
+                             coupled=True)
+    with pytest.raises(ValueError, match="coupled=False"):
+        coupled.graphs_from_features(queries, keys, padding)

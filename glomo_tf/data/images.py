@@ -59,7 +59,7 @@ def load_digits_images():
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise ImportError("The digits come from scikit-learn: pip install glomo_tf[images]  "
+        raise ImportError("The digits come from scikit-learn: pip install glomo_tf[sklearn]  "
                           "(or: pip install scikit-learn).") from None
     digits = load_digits()
     images = (digits.images / (DIGIT_LEVELS - 1)).astype("float32")[..., None]

@@ -365,6 +365,20 @@ class GraphPredictor(keras.layers.Layer):
         self.bn_var[i].assign(self.momentum * self.bn_var[i] + (1 - self.momentum) * var)
         return tf.cast(mean, x.dtype), tf.cast(var, x.dtype)
 
+    def graphs_from_features(self, queries, keys, padding_mask, training=False):
+        """Eq. 1 on given query and key features ``[B, 2, T, d]`` (direction 0 forward):
+        ``[B, 2, L, K, T, T]`` through this predictor's projections, threshold and normalisation,
+        over the sources ``padding_mask [B, T]`` admits. What :meth:`call` does after its CNNs;
+        :class:`~glomo_tf.GraphPredictor2D` feeds it masked convolutions of pixels."""
+        if self.coupled:
+            raise ValueError("A coupled GraphPredictor computes its graphs layer by layer from "
+                             "its own features; graphs_from_features needs coupled=False.")
+        if not self.built:
+            self.build((None, None))
+        queries = tf.cast(queries, self.compute_dtype)
+        keys = tf.cast(keys, self.compute_dtype)
+        return self._graphs(queries, keys, ops.admissible_sources(padding_mask), training)
+
     def _graphs(self, queries, keys, admissible, training=False):
         """Eq. 1 for every direction, layer and head at once: ``[B, 2, L, K, T, T]``.
 

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from glomo_tf import hparams, ops
+from glomo_tf import hparams
 from glomo_tf.hparams import NORMALIZATIONS, THRESHOLDS
 from glomo_tf.layers.graph_predictor import BATCH_NORM_EPSILON, GraphPredictor, _check_positive
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
@@ -184,8 +184,7 @@ class GraphPredictor2D(keras.layers.Layer):
         keys = tf.stack([stacks[0], stacks[2]], axis=1)  # [B, 2, T, d]
         queries = tf.stack([stacks[1], stacks[3]], axis=1)
         padding_mask = tf.ones(tf.shape(stacks[0])[:2], tf.bool)
-        admissible = ops.admissible_sources(padding_mask)  # [B, 2, 1, 1, T, T]
-        graphs = self.scorer._graphs(queries, keys, admissible, training)
+        graphs = self.scorer.graphs_from_features(queries, keys, padding_mask, training)
         return {"graphs": graphs, "padding_mask": padding_mask}
 
     def _network(self, images, index, training):
