@@ -15,6 +15,11 @@ _PUBLIC = {
     "SharedPrivateRNN": "glomo_tf.layers",
     "GlomoPretrainer": "glomo_tf.models", "Perplexity": "glomo_tf.models",
     "load_graph_predictor": "glomo_tf.saving", "save_graph_predictor": "glomo_tf.saving",
+    # Self-supervised sentence encoders.
+    "SentenceEncoder": "glomo_tf.layers", "SentencePretrainer": "glomo_tf.models",
+    # GLoMo on images.
+    "GraphPredictor2D": "glomo_tf.layers", "MaskedConv2D": "glomo_tf.layers",
+    "GlomoPretrainer2D": "glomo_tf.models", "build_image_classifier": "glomo_tf.models",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -50,3 +50,44 @@ def check_heads_divide(hidden_dim, num_heads, names=("hidden_dim", "num_heads"),
     if hidden_dim % num_heads:
         raise ValueError(f"{names[0]} ({hidden_dim}) must be divisible by {names[1]} "
                          f"({num_heads}): {what} splits the features into heads.")
+
+
+# ---------------------------------------------------------------------------------------------
+# GLoMo on images: glomo_tf.layers.MaskedConv2D, GraphPredictor2D, GlomoPretrainer2D,
+# glomo_tf.models.build_image_classifier.
+# Masked 2-D convolutions: "A" excludes the centre pixel (a network's first layer), "B" includes it.
+MASK_TYPES = ("A", "B")
+# GraphPredictor2D's defaults (the 1-D predictor's where they mean the same thing).
+GRAPH_PREDICTOR_2D = dict(
+    hidden_dim=64, num_layers=3, num_heads=8, head_dim=None, conv_layers=4, kernel_size=3,
+    threshold="query", normalization="squared_relu", initial_threshold=-1.0,
+    live_row_weight=0.0, live_row_margin=0.1)
+# GlomoPretrainer2D's own defaults: the paper's 3x3 window of which the mask leaves the 2x2
+# bottom-right quarter to predict, 256 pixel levels, 20 sampled pixels per step.
+PRETRAINER_2D = dict(window=2, levels=256, num_positions=20, feature_layers=2, composition="gru")
+# Downstream image classifiers (glomo_tf.models.build_image_classifier).
+IMAGE_VARIANTS = ("baseline", "glomo", "uniform")
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-supervised sentence encoders (the thesis' chapter 3): SentenceEncoder,
+# SentencePretrainer, `glomo sentence-pretrain` and `glomo probe`.
+# The objectives: Quick Thoughts (Eq. 3.3), Self Prediction (Eq. 3.4), Global-to-Local (Eq. 3.5).
+SENTENCE_OBJECTIVES = ("qt", "sp", "g2l")
+# Quick Thoughts' targets: the next sentence (Eq. 3.3), or both neighbours (Logeswaran & Lee).
+SENTENCE_NEIGHBOURS = ("next", "both")
+# SentenceEncoder: 300-wide embeddings (GloVe's) and 1,200 GRU units per direction, so that
+# [Enc_src; Enc_trg] has the thesis' 4,800 dimensions (Section 3.4).
+SENTENCE_ENCODER = dict(embedding_dim=300, units=1200)
+# SentencePretrainer: two objectives sampled per batch, L2 1e-5 on the representations (Section
+# 3.3.2), G2L's two-layer CNN of kernel 3 (Section 3.2.4), Self Prediction's corruption (3.2.3).
+SENTENCE_PRETRAINER = dict(objectives=SENTENCE_OBJECTIVES, objectives_per_batch=2,
+                           neighbours="next", l2_weight=1e-5, cnn_kernel_size=3,
+                           select_rate=0.5, mask_rate=0.8, random_rate=0.1, shuffle_window=3)
+# `glomo sentence-pretrain`: Adam 5e-4, batches of 400 pairs (Section 3.3.2), sentences of at
+# most 40 units (95% of WikiText-2's sentences are shorter than 50).
+SENTENCE_PRETRAIN_COMMAND = dict(learning_rate=5e-4, batch_size=400, max_length=40)
+# `glomo probe`: the encoders besides a trained one, and SentEval's L2 strengths (C = 2^-2..2^3).
+PROBE_BASELINES = ("bow", "random")
+PROBE_TASKS = ("mr", "subj", "sst2")
+PROBE_C_VALUES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)

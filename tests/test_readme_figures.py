@@ -388,3 +388,59 @@ def test_speed_figures_come_from_the_benchmark_json(readme):
         assert row in readme, f"README lacks: {row}"
     sentence = transfer_cost_sentence()
     assert sentence in readme, f"README lacks: {sentence}"
+
+
+# ----------------------------------------------------------------------------- GLoMo on images
+
+def images_rows():
+    """The README's GLoMo-on-images figures, from examples/outputs/glomo_images*.json."""
+    result = load("glomo_images.json")
+    recovery = result["planted"]["recovery"]
+    fw, bw = recovery["forward"], recovery["backward"]
+    rows = [f"| planted 2-D corpus | {fw['best_head']['share']:.2f} / {bw['best_head']['share']:.2f}"
+            f" | {fw['positional_baseline']['share']:.2f} / {bw['positional_baseline']['share']:.2f}"
+            f" | {fw['chance']:.2f} / {bw['chance']:.2f} |"]
+    summary = result["digits"]["summary"]
+    v = summary["variants"]
+    for name in ("baseline", "glomo", "uniform"):
+        cells = f"| {name} | {100 * v[name]['mean']:.1f} ± {100 * v[name]['std']:.1f} |"
+        for table in ("paired", "paired_with_uniform"):
+            p = summary[table].get(name)
+            cells += (" |" if p is None else
+                      f" {100 * p['mean_difference']:+.1f} ({p['wins']} / {p['losses']}, "
+                      f"p {p['p']:.3f}) |")
+        rows.append(cells)
+    shape = load("glomo_images_cifar_shape.json")["cifar_shape"]
+    rows.append(f"{shape['seconds_per_step']['pretraining_step']:.2f} s per pretraining step and "
+                f"{shape['seconds_per_step']['classifier_step']:.2f} s per classifier step at "
+                f"batch {shape['batch_size']}; the graphs take "
+                f"{shape['graphs_megabytes_per_batch']:.0f} MB a batch, peak memory "
+                f"{shape['peak_rss_megabytes'] / 1024:.1f} GB")
+    return rows
+
+
+def test_images_figures_come_from_the_recorded_run(readme):
+    for row in images_rows():
+        assert row in readme, f"README lacks: {row}"
+
+
+# ----------------------------------------------------------------------------- sentence encoders
+
+def sentence_encoder_figures():
+    """The README's sentence-encoder table (the recorded run's own Markdown) and comparisons."""
+    result = load("sentence_encoders.json")
+    drop = result["comparisons"]["drop_when_left_out"]
+    sentence = ("leaving out G2L costs {g2l:.1f} points of mean accuracy, SP {sp:.2f}, QT {qt:.2f}"
+                .format(**{k: 100 * v for k, v in drop.items()}))
+    return result["table"].splitlines(), sentence, result["comparisons"]
+
+
+def test_sentence_encoder_figures_come_from_the_recorded_run(readme):
+    table, sentence, comparisons = sentence_encoder_figures()
+    for row in table:
+        assert row in readme, f"README lacks: {row}"
+    assert sentence in readme
+    beaten = [encoder for encoder, tasks in comparisons["beats_bow_and_random"].items()
+              if any(tasks.values())]
+    assert not beaten  # the README says no trained encoder beats both baselines on any task
+    assert "no trained encoder beats both the bag of words and the random encoder" in readme

@@ -26,6 +26,8 @@ COMMANDS = [
     ("serve", "glomo_tf.cli.serve"),
     ("transfer", "glomo_tf.cli.transfer"),
     ("tune", "glomo_tf.cli.tune"),
+    ("sentence-pretrain", "glomo_tf.cli.sentence_pretrain"),
+    ("probe", "glomo_tf.cli.probe"),
 ]
 
 

@@ -20,6 +20,12 @@ _PUBLIC = {
     "glomo_tf.data.batching": (
         "bucketed_training_batches", "encode", "length_sorted_batches", "sequence_lengths"),
     "glomo_tf.data.length_batches": ("LengthBatches",),
+    "glomo_tf.data.sentences": (
+        "consecutive_sentences", "corrupt", "encode_columns", "read_documents", "with_mask_unit"),
+    "glomo_tf.data.images": (
+        "PlantedImages", "builtin_planted_images", "generate_planted_images",
+        "image_chance_level", "image_edge_recovery", "image_positional_baseline",
+        "image_recovery_report", "load_cifar10", "load_digits_images"),
     "glomo_tf.data.graph_cache": (
         "GraphCache", "GraphFedModel", "batch_of", "cached_training_batches", "compute_graphs",
         "with_graphs"),

@@ -5,8 +5,11 @@ from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_mixture import GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.layers.graph_predictor_2d import GraphPredictor2D
+from glomo_tf.layers.masked_conv_2d import MaskedConv2D
 from glomo_tf.layers.related import (ContextualizedNonLocal, LinearChainCRF, OrderedMemory,
-                                     SharedPrivateRNN)
+                                     SentenceEncoder, SharedPrivateRNN)
 
 __all__ = ["ContextDecoder", "ContextualizedNonLocal", "FeaturePredictor", "GlomoTransfer",
-           "GraphMixture", "GraphPredictor", "LinearChainCRF", "OrderedMemory", "SharedPrivateRNN"]
+           "GraphMixture", "GraphPredictor", "GraphPredictor2D", "LinearChainCRF", "MaskedConv2D",
+           "OrderedMemory", "SentenceEncoder", "SharedPrivateRNN"]

@@ -4,6 +4,9 @@
   Non-local Neural Networks for Sequence Learning", AAAI 2019);
 * :class:`OrderedMemory`: Ordered Memory (Shen et al., "Ordered Memory", NeurIPS 2019), a
   latent-tree sentence encoder; its trees are read by :mod:`glomo_tf.trees`;
+* :class:`SentenceEncoder`: the bidirectional-GRU sentence encoder of the thesis' chapter 3
+  (Quick Thoughts, Self Prediction, Global-to-Local), trained by
+  :class:`~glomo_tf.SentencePretrainer`;
 * :class:`SharedPrivateRNN`: the RNN with a shared and a private state ("RNNs with private and
   shared representations for semi-supervised sequence learning").
 
@@ -14,6 +17,8 @@ names (``glomo_tf>ContextualizedNonLocal`` ...) do not depend on the module they
 from glomo_tf.layers.related.cn3 import ContextualizedNonLocal
 from glomo_tf.layers.related.crf import LinearChainCRF
 from glomo_tf.layers.related.ordered_memory import OrderedMemory
+from glomo_tf.layers.related.sentence_encoder import SentenceEncoder
 from glomo_tf.layers.related.shared_private_rnn import SharedPrivateRNN
 
-__all__ = ["ContextualizedNonLocal", "LinearChainCRF", "OrderedMemory", "SharedPrivateRNN"]
+__all__ = ["ContextualizedNonLocal", "LinearChainCRF", "OrderedMemory", "SentenceEncoder",
+           "SharedPrivateRNN"]
