@@ -93,7 +93,7 @@ def test_graph_cache_gives_the_online_results_and_top_k_runs(task, capsys):
     runs = (("--graph-cache",), (), ("--graph-cache", "--top-k", "2"), ("--top-k", "2"))
     results = {}
     for flags in runs:
-        out = root / ("out" + "".join(flags))
+        out = root / ("cache_out" + "".join(flags))  # not the end-to-end test's "out"
         assert cli.main([*common, *flags, "--output-dir", str(out)]) == 0
         results[flags] = json.loads((out / "results.json").read_text())
     printed = capsys.readouterr().out
