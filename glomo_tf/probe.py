@@ -26,6 +26,7 @@ GLoMo features of a ``glomo pretrain`` run (:class:`GlomoFeatures`).
 query in a pool).
 """
 
+import abc
 import dataclasses
 import json
 import os
@@ -44,7 +45,7 @@ RESULTS_FILE, TABLE_FILE = "probe.json", "probe.md"
 
 
 # ---------------------------------------------------------------------------------- encoders
-class _TokenEncoder:
+class _TokenEncoder(abc.ABC):
     """Shared batching: texts -> ids with the run's tokenizer, in batches sorted by length."""
 
     name = "encoder"
@@ -79,8 +80,9 @@ class _TokenEncoder:
             out[chosen] = vectors
         return out
 
+    @abc.abstractmethod
     def _vectors(self, ids):
-        raise NotImplementedError
+        """The sentence vectors ``[B, D]`` of a padded id batch ``[B, T]`` (each encoder's own)."""
 
 
 class SentenceRunEncoder(_TokenEncoder):
