@@ -90,6 +90,12 @@ class FeaturePredictor(keras.layers.Layer):
         self.built = True
 
     def call(self, features, graphs, padding_mask=None):
+        features, graphs = self._inputs(features, graphs)
+        layers = self._compose_layers(features, graphs, padding_mask, graphs.shape[2])
+        return tf.stack(layers, axis=2)
+
+    def _inputs(self, features, graphs):
+        """``features`` as ``[B, 2, T, d]`` and ``graphs``, in the compute dtype, checked."""
         features = tf.cast(features, self.compute_dtype)
         graphs = tf.cast(graphs, self.compute_dtype)
         if features.shape.rank == 3:
@@ -98,13 +104,17 @@ class FeaturePredictor(keras.layers.Layer):
             raise ValueError(
                 "FeaturePredictor expects features [batch, T, d] or [batch, 2, T, d] and graphs "
                 f"[batch, 2, L, K, T, T]; got ranks {features.shape.rank} and {graphs.shape.rank}.")
+        return features, graphs
+
+    def _compose_layers(self, features, graphs, padding_mask, count):
+        """The features of the first ``count`` layers, each ``[B, 2, T, d]`` (padding zeroed)."""
         outputs = []
-        for layer in range(graphs.shape[2]):
+        for layer in range(count):
             features = self.compose(features, graphs[:, :, layer])
             if padding_mask is not None:
                 features = features * tf.cast(padding_mask, features.dtype)[:, None, :, None]
             outputs.append(features)
-        return tf.stack(outputs, axis=2)
+        return outputs
 
     def top_features(self, features, graphs, positions, padding_mask=None):
         """The last layer's features at ``positions`` only: ``[batch, 2, S, d]``.
@@ -117,14 +127,9 @@ class FeaturePredictor(keras.layers.Layer):
         """
         if not self.built:
             self.build(features.shape, graphs.shape)
-        features = tf.cast(features, self.compute_dtype)
-        graphs = tf.cast(graphs, self.compute_dtype)
-        if features.shape.rank == 3:
-            features = tf.stack([features, features], axis=1)
-        for layer in range(graphs.shape[2] - 1):
-            features = self.compose(features, graphs[:, :, layer])
-            if padding_mask is not None:
-                features = features * tf.cast(padding_mask, features.dtype)[:, None, :, None]
+        features, graphs = self._inputs(features, graphs)
+        lower = self._compose_layers(features, graphs, padding_mask, graphs.shape[2] - 1)
+        features = lower[-1] if lower else features
         positions = tf.cast(positions, tf.int32)
         top = self.compose(features, graphs[:, :, -1], rows=positions)
         if padding_mask is not None:
