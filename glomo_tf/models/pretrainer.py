@@ -213,10 +213,7 @@ class GlomoPretrainer(keras.Model):
         token_ids = _ids_from_data(data)
         with tf.GradientTape() as tape:
             loss, total_ce, total_units = self.context_loss(token_ids, training=True)
-            scaled = loss
-            if self.losses:
-                scaled = scaled + tf.add_n(self.losses)
-            scaled = scaled / tf.distribute.get_strategy().num_replicas_in_sync
+            scaled = replica_loss(self, loss)
         variables = self.trainable_variables
         grads = tape.gradient(scaled, variables)
         self.optimizer.apply(grads, variables)
@@ -273,3 +270,12 @@ def _ids_from_data(data):
     if isinstance(data, (list, tuple)):
         return data[0]
     return data
+
+
+def replica_loss(model, loss):
+    """What a custom ``train_step`` differentiates: ``loss`` plus the model's added losses
+    (``add_loss``: the live-row hinge, regularisers), divided by the replicas in sync, so that
+    the gradients summed over replicas by ``tf.distribute`` are those of the global batch."""
+    if model.losses:
+        loss = loss + tf.add_n(model.losses)
+    return loss / tf.distribute.get_strategy().num_replicas_in_sync

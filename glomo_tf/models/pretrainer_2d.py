@@ -8,7 +8,7 @@ from glomo_tf.hparams import COMPOSITIONS, DIRECTIONS, GRAPH_PREDICTOR_2D, PRETR
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.graph_predictor_2d import GraphPredictor2D, image_units
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
-from glomo_tf.models.pretrainer import Perplexity
+from glomo_tf.models.pretrainer import Perplexity, replica_loss
 
 P2 = PRETRAINER_2D
 # GraphPredictor2D's arguments that GlomoPretrainer2D.from_sizes passes on.
@@ -257,7 +257,7 @@ class GlomoPretrainer2D(keras.Model):
         with tf.GradientTape() as tape:
             loss, total_ce, total_values = self.context_loss(images, training=True,
                                                              targets=targets)
-            scaled = loss + tf.add_n(self.losses) if self.losses else loss
+            scaled = replica_loss(self, loss)
         variables = self.trainable_variables
         grads = tape.gradient(scaled, variables)
         self.optimizer.apply(grads, variables)

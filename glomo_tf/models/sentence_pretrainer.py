@@ -10,6 +10,7 @@ from glomo_tf.hparams import (SENTENCE_ENCODER, SENTENCE_NEIGHBOURS, SENTENCE_OB
                               SENTENCE_PRETRAINER)
 from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.layers.related.sentence_encoder import SentenceEncoder
+from glomo_tf.models.pretrainer import replica_loss
 
 _P = SENTENCE_PRETRAINER
 # More than the random draws of one training step (1 for the objectives, 4 per corruption).
@@ -290,10 +291,7 @@ class SentencePretrainer(keras.Model):
             losses = self.objective_losses(data, training=True, active=skip)
             loss = tf.add_n([losses[o] * tf.cast(active[o], tf.float32)
                              for o in self.objectives])
-            scaled = loss
-            if self.losses:
-                scaled = scaled + tf.add_n(self.losses)
-            scaled = scaled / tf.distribute.get_strategy().num_replicas_in_sync
+            scaled = replica_loss(self, loss)
         variables = self.trainable_variables
         grads = tape.gradient(scaled, variables)
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
