@@ -954,3 +954,43 @@ def test_float_tokens_are_the_shortest_round_trip_texts_for_sparse_and_dense_arr
                 assert np.signbit(float(token)) == np.signbit(value), (token, value)
                 assert token == repr(np.float32(value).item()) or len(token) <= len(
                     repr(np.float32(value).item())), (token, value)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_response_json_parses_back_to_the_same_arrays_with_and_without_orjson(rng, monkeypatch,
+                                                                              fast):
+    """The orjson path (the `serve` extra) and the standard-library path write texts that parse
+    back to the very arrays, in both response formats: every float32 exactly (signed zeros,
+    subnormals, the extremes), NaN and infinities spelled as TF Serving spells them."""
+    import json
+    from glomo_tf.serving import tensors
+    if fast and tensors.orjson is None:
+        pytest.fail("orjson is part of the `serve` extra the tests install")
+    monkeypatch.setattr(tensors, "FAST_JSON", fast)
+    tiny = np.finfo(np.float32).smallest_subnormal
+    floats = rng.normal(size=(2, 3, 40)).astype(np.float32)
+    floats[rng.random(floats.shape) < 0.5] = 0.0
+    floats[0, 0, :6] = [-0.0, tiny, -tiny, np.finfo(np.float32).max, 1e-30, 0.1]
+    outputs = {"graphs": floats, "ids": rng.integers(-2 ** 62, 2 ** 62, size=(2, 5)),
+               "mask": rng.random((2, 5)) < 0.5, "scores": rng.normal(size=2),
+               "half": rng.normal(size=(2, 3)).astype(np.float16),
+               "tokens": np.array([[b"a", "\u00e9".encode()], [b"\xff", b"c"]], dtype=object)}
+    columnar = json.loads(tensors.columnar_json(outputs))["outputs"]
+    rows = json.loads(tensors.row_json(outputs))["predictions"]
+    for name, want in outputs.items():
+        got_columns = np.asarray(columnar[name])
+        got_rows = np.asarray([row[name] for row in rows])
+        for got in (got_columns, got_rows):
+            if name == "tokens":
+                assert got.tolist() == [["a", "\u00e9"], [{"b64": "/w=="}, "c"]]
+                continue
+            got = got.astype(want.dtype)
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            if want.dtype.kind == "f":
+                np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+    assert json.loads(tensors.columnar_json({"half": np.float16([0.1])}))["outputs"] == [0.1]
+    nonfinite = np.array([1.5, np.nan, -np.inf], np.float32)
+    text = tensors.columnar_json({"x": nonfinite})
+    assert text == '{"outputs": [1.5,NaN,-Infinity]}'
+    assert np.array_equal(np.asarray(tensors.loads(text.encode())["outputs"], np.float32),
+                          nonfinite, equal_nan=True)

@@ -31,7 +31,7 @@ import urllib.parse
 import numpy as np
 
 from glomo_tf.serving.errors import ServingError, from_http_status
-from glomo_tf.serving.tensors import NUMPY_DTYPES, json_to_numpy
+from glomo_tf.serving.tensors import NUMPY_DTYPES, json_to_numpy, loads
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -337,7 +337,7 @@ class ServingClient:
         if response.will_close:
             connection.close()
         try:
-            doc = json.loads(payload.decode("utf-8")) if payload else {}
+            doc = loads(payload) if payload else {}
         except (UnicodeDecodeError, json.JSONDecodeError):
             doc = None
         if response.status != 200:
