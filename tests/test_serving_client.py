@@ -232,6 +232,42 @@ def stub_grpc():
     server.stop(0).wait(10)
 
 
+def test_rest_connections_are_kept_alive_with_nagles_algorithm_off():
+    """http.client writes a request's headers and body separately; with Nagle's algorithm on,
+    the body would wait for the server's delayed ACK of the headers on every request."""
+    peers = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            peers.append(self.client_address)
+            body = json.dumps(STATUS_JSON).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with ServingClient(f"http://127.0.0.1:{server.server_address[1]}", "toy",
+                           retries=0) as client:
+            for _ in range(3):
+                assert client.status()[0]["state"] == "AVAILABLE"
+            sock = client._local.connection.sock
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(peers) == 3 and len(set(peers)) == 1  # one connection, kept alive
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_retries_on_unavailable_then_succeeds(protocol, stub_rest, stub_grpc):
     stub = stub_rest if protocol == "rest" else stub_grpc

@@ -21,6 +21,7 @@ UNAVAILABLE (connection refused or reset, HTTP 503, gRPC UNAVAILABLE). Failures 
 """
 
 import base64
+import functools
 import http.client
 import json
 import socket
@@ -85,6 +86,14 @@ def _to_array(value, dtype_name, alias):
     if dtype_name not in NUMPY_DTYPES:
         raise TypeError(f"input {alias!r} has type {dtype_name}, which this client cannot send")
     return np.asarray(value, dtype=NUMPY_DTYPES[dtype_name])
+
+
+def _connect_without_delay(connection):
+    """``HTTPConnection.connect`` with Nagle's algorithm off: http.client sends a request's
+    headers and body in two writes, and the body would otherwise wait for the server to
+    acknowledge the headers (a delayed ACK: a millisecond or more on every request)."""
+    type(connection).connect(connection)
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _json_value(array):
@@ -310,6 +319,7 @@ class ServingClient:
             scheme, host, port = self._http
             cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
             connection = cls(host, port, timeout=self.timeout)
+            connection.connect = functools.partial(_connect_without_delay, connection)
             self._local.connection = connection
         return connection
 
