@@ -994,3 +994,34 @@ def test_response_json_parses_back_to_the_same_arrays_with_and_without_orjson(rn
     assert text == '{"outputs": [1.5,NaN,-Infinity]}'
     assert np.array_equal(np.asarray(tensors.loads(text.encode())["outputs"], np.float32),
                           nonfinite, equal_nan=True)
+
+
+def test_parsing_pauses_the_garbage_collector_and_restores_it(monkeypatch):
+    """Parsing a large answer must not trigger collections of the whole process; afterwards the
+    collector is exactly as it was (enabled or not), also when a parse fails."""
+    import gc
+    from glomo_tf.serving import tensors
+    seen = []
+    real = tensors.json.loads
+
+    def spy(text, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(tensors, "FAST_JSON", False)
+    monkeypatch.setattr(tensors.json, "loads", spy)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert tensors.loads(b'{"outputs": [1.5, NaN]}')["outputs"][0] == 1.5
+            with pytest.raises(ValueError):
+                tensors.loads(b'{"outputs": [')
+            assert gc.isenabled() is enabled
+            with tensors.collection_paused:  # nested, as in concurrent parses
+                tensors.loads(b"[1]")
+                assert not gc.isenabled()
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen and not any(seen)

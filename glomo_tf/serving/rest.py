@@ -30,8 +30,9 @@ from glomo_tf.serving.errors import ServingError, from_http_status, invalid
 from glomo_tf.serving.limits import Admission
 from glomo_tf.serving.memory import release_free_memory
 from glomo_tf.serving.monitoring import CONTENT_TYPE, Metrics
-from glomo_tf.serving.tensors import (DEFAULT_LIMITS, float_tokens, columnar_json,
-                                      is_b64_object, json_to_array, row_json, short_type)
+from glomo_tf.serving.tensors import (DEFAULT_LIMITS, collection_paused, columnar_json,
+                                      float_tokens, is_b64_object, json_to_array, row_json,
+                                      short_type)
 
 log = logging.getLogger("glomo_tf.serving")
 access_log = logging.getLogger("glomo_tf.serving.access")
@@ -71,7 +72,8 @@ def parse_body(body):
     if not body.strip():
         raise invalid("JSON Parse error: The document is empty")
     try:
-        doc = json.loads(body.decode("utf-8"))
+        with collection_paused:
+            doc = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise invalid(f"JSON Parse error: the body is not UTF-8 ({error})") from None
     except json.JSONDecodeError as error:

@@ -14,8 +14,10 @@ is written as ``{"b64": ...}`` too, where TF Serving would emit invalid JSON.
 
 import base64
 import binascii
+import gc
 import json
 import math
+import threading
 
 import numpy as np
 
@@ -338,15 +340,44 @@ def row_json(outputs):
 
 # ----------------------------------------------------------------------------- client side
 
+class _CollectionPaused:
+    """Pauses the cyclic garbage collector while responses are parsed: a large tensor's nested
+    lists are a burst of new containers, and each collection they trigger walks every object of
+    the process (TensorFlow's included), which made parsing a 600 KB answer 6x slower. The lists
+    hold no cycles; the collector runs again when the last parse in flight is done."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._active = 0
+        self._was_enabled = False
+
+    def __enter__(self):
+        with self._lock:
+            if self._active == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._active += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and self._was_enabled:
+                gc.enable()
+
+
+collection_paused = _CollectionPaused()
+
+
 def loads(payload):
     """``json.loads`` of a response body (bytes), through orjson when it is installed; bodies
     holding ``NaN``/``Infinity`` (which orjson refuses) go through the standard library."""
-    if FAST_JSON:
-        try:
-            return orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(payload.decode("utf-8"))
+    with collection_paused:
+        if FAST_JSON:
+            try:
+                return orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                pass
+        return json.loads(payload.decode("utf-8"))
 
 
 def json_to_numpy(value, dtype_name):
