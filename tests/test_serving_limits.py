@@ -354,6 +354,10 @@ def test_monitoring_config_format():
         "/monitoring/prometheus/metrics"
     assert parse_monitoring_config('prometheus_config { enable: false path: "/m" }') is None
     assert parse_monitoring_config("") is None
+    # TF Serving's documentation writes it with a field separator
+    assert parse_monitoring_config('prometheus_config {\n  enable: true,\n  path: "/m/x"\n}') \
+        == "/m/x"
+    assert parse_monitoring_config('prometheus_config { path: "/a,b"; enable: true; }') == "/a,b"
     for bad, words in [("prometheus_config { enabled: true }", "unknown monitoring config"),
                        ("prometheus_config { enable: yes }", "true or false"),
                        ('prometheus_config { enable: true path: "/v1/x" }', "not with /v1/"),

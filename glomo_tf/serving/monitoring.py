@@ -42,7 +42,8 @@ def parse_monitoring_config(text):
         ValueError: text that is not a MonitoringConfig, with what was found where.
     """
     text = re.sub(r"#[^\n]*", "", text)
-    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[{}:]|[^\s{}:"]+', text)
+    # Text format ends a field with an optional ',' or ';' (TF Serving's own example has one).
+    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[{}:]|[^\s{}:",;]+', text)
     config, stack, position = {}, [], 0
     while position < len(tokens):
         token = tokens[position]
