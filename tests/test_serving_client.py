@@ -407,7 +407,8 @@ def test_glomo_serve_command_in_a_subprocess(glomo_export):
     process = subprocess.Popen(
         [sys.executable, "-c", launcher, "serve", f"--port={grpc_port}",
          f"--rest_api_port={rest_port}", "--model_name=glomo",
-         f"--model_base_path={glomo_export['base']}", "--file_system_poll_wait_seconds=0"],
+         f"--model_base_path={glomo_export['base']}", "--file_system_poll_wait_seconds=0",
+         "--tensorflow_intra_op_parallelism=1", "--tensorflow_session_parallelism=3"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     try:
@@ -433,3 +434,5 @@ def test_glomo_serve_command_in_a_subprocess(glomo_export):
     assert process.returncode == 0, stderr
     assert f"Exporting HTTP/REST API at:127.0.0.1:{rest_port}" in stderr
     assert f"Running gRPC ModelServer at 127.0.0.1:{grpc_port}" in stderr
+    # TensorFlow read back the pools the flags set (before the first op ran)
+    assert "TensorFlow threads: intra-op 1, inter-op 3" in stderr

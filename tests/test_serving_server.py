@@ -803,13 +803,18 @@ def test_cli_flags_follow_tensorflow_model_server(tmp_path, store):
 
 
 def test_cli_accepts_and_reports_tensorflow_model_server_tuning_flags(tmp_path, caplog):
+    from glomo_tf.cli.serve import tensorflow_threads
     args = parse(["serve", f"--model_base_path={tmp_path}", "--enable_model_warmup",
                   "--tensorflow_intra_op_parallelism", "2"])
     with caplog.at_level("WARNING", logger="glomo_tf.serving"):
         server_from_args(args)
     ignored = sorted(r.getMessage().split()[0] for r in caplog.records if "ignored" in
                      r.getMessage())
-    assert ignored == ["--enable_model_warmup", "--tensorflow_intra_op_parallelism"]
+    assert ignored == ["--enable_model_warmup"]
+    assert tensorflow_threads(args) == (2, 0)
+    args = parse(["serve", f"--model_base_path={tmp_path}", "--tensorflow_session_parallelism",
+                  "3", "--tensorflow_inter_op_parallelism", "1"])
+    assert tensorflow_threads(args) == (3, 1)
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -822,6 +827,8 @@ def test_cli_accepts_and_reports_tensorflow_model_server_tuning_flags(tmp_path, 
     (["serve", "--model_base_path=BASE", "--batching_parameters_file=BAD_BATCHING"],
      "unknown batching parameter 'max_batch_sizes'"),
     (["serve", "--model_base_path=BASE", "--max_batch_size=0"], "max_batch_size"),
+    (["serve", "--model_base_path=BASE", "--tensorflow_intra_op_parallelism=-1"],
+     "--tensorflow_intra_op_parallelism must be 0"),
 ])
 def test_cli_usage_errors(tmp_path, argv, words):
     (tmp_path / "bad.config").write_text("model_config_list { config { nme: 'x' } }")

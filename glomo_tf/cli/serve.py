@@ -85,6 +85,15 @@ def register(subparsers):
     p.add_argument("--monitoring_config_file",
                    help="MonitoringConfig text proto; prometheus_config { enable: true } serves "
                         "Prometheus metrics on the REST port (serving/monitoring.config)")
+    threads = p.add_argument_group("TensorFlow's threads (as tensorflow_model_server's flags; "
+                                   "0: TensorFlow's choice)")
+    threads.add_argument("--tensorflow_session_parallelism", type=int, default=0, metavar="N",
+                         help="threads for running the models: both pools below, unless set")
+    threads.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0, metavar="N",
+                         help="threads within one op (small models on few cores: 1 leaves the "
+                              "cores to the requests' handling)")
+    threads.add_argument("--tensorflow_inter_op_parallelism", type=int, default=0, metavar="N",
+                         help="ops run side by side")
     p.add_argument("--access_log", metavar="FILE",
                    help="write one line per request to FILE ('-': standard error)")
     ignored = p.add_argument_group("accepted for tensorflow_model_server compatibility, ignored")
@@ -124,6 +133,7 @@ def server_from_args(args):
     for flag in IGNORED_FLAGS:
         if getattr(args, f"ignored_{flag}", None) is not None:
             log.warning("--%s has no effect in glomo serve; ignored", flag)
+    tensorflow_threads(args)  # checks the values; applied by run() before anything loads
     metrics_path = None
     if args.monitoring_config_file:
         from glomo_tf.serving.monitoring import parse_monitoring_config
@@ -164,6 +174,31 @@ def server_from_args(args):
         raise UsageError(str(error)) from None
 
 
+def tensorflow_threads(args):
+    """``(intra-op, inter-op)`` threads the flags ask for (0: TensorFlow's choice): the specific
+    flags win over --tensorflow_session_parallelism, as in tensorflow_model_server."""
+    for flag in ("tensorflow_session_parallelism", "tensorflow_intra_op_parallelism",
+                 "tensorflow_inter_op_parallelism"):
+        if getattr(args, flag) < 0:
+            raise UsageError(f"--{flag} must be 0 (TensorFlow's choice) or a number of threads, "
+                             f"got {getattr(args, flag)}")
+    session = args.tensorflow_session_parallelism
+    return (args.tensorflow_intra_op_parallelism or session,
+            args.tensorflow_inter_op_parallelism or session)
+
+
+def apply_tensorflow_threads(intra_op, inter_op):
+    """Set TensorFlow's thread pools; must run before TensorFlow runs its first op."""
+    import tensorflow as tf
+
+    if intra_op:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    if inter_op:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    return (tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads())
+
+
 def open_access_log(target):
     """Send the ``glomo_tf.serving.access`` lines to ``target`` (a file, or '-': stderr)."""
     access = logging.getLogger("glomo_tf.serving.access")
@@ -200,6 +235,9 @@ def run(args):
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
     server = server_from_args(args)  # checks the flags; loads nothing yet
+    intra_op, inter_op = apply_tensorflow_threads(*tensorflow_threads(args))
+    log.info("TensorFlow threads: intra-op %s, inter-op %s (0: TensorFlow's choice)",
+             intra_op, inter_op)
     if "MALLOC_ARENA_MAX" not in os.environ:
         # Each connection is read in its own thread; with glibc's default of 8 arenas per core,
         # the pages of large requests stay spread over many arenas (see serving/memory.py).

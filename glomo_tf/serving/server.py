@@ -37,9 +37,7 @@ IGNORED_BATCHING_FIELDS = ("allowed_batch_sizes", "pad_variable_length_inputs",
                            "mixed_priority_batching_policy")
 # tensorflow_model_server flags that are accepted (so a command line carries over unchanged) but
 # have nothing to tune here; each one given is reported as ignored.
-IGNORED_FLAGS = ("tensorflow_session_parallelism",
-                 "tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism",
-                 "enable_model_warmup", "num_load_threads", "num_unload_threads",
+IGNORED_FLAGS = ("enable_model_warmup", "num_load_threads", "num_unload_threads",
                  "per_process_gpu_memory_fraction", "grpc_channel_arguments",
                  "allow_version_labels_for_unavailable_models",
                  "xla_cpu_compilation_enabled", "enable_signature_method_name_check")
