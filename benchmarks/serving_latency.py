@@ -12,12 +12,19 @@ interpreter), and times the same requests three ways:
 At each concurrency level (default 1 and 8) that many threads send requests back to back; the
 JSON printed on stdout has p50/p99/mean latency in milliseconds and requests/s per mode and level.
 Served latencies include the client's encoding and decoding of the outputs (NumPy arrays out).
+``--rounds`` repeats the whole measurement (default 3) against the same server; the JSON holds
+every round (``runs``; ``results`` is the first) and, per round, what REST adds to the p50 and
+REST's throughput over in-process's (``rest_vs_in_process``).
 
 Examples::
 
     python benchmarks/serving_latency.py
     python benchmarks/serving_latency.py --requests 400 --concurrency 1 8 16 --max-length 64
     python benchmarks/serving_latency.py --model-base-path /models/glomo --model-name glomo
+    python benchmarks/serving_latency.py --hidden-dim 256 --layers 3 --heads 8 --words 100 \
+        --max-length 128 --signature top_k_edges   # a model whose call takes >= 10 ms
+    python benchmarks/serving_latency.py \
+        --serve-flags "--tensorflow_intra_op_parallelism=1 --tensorflow_inter_op_parallelism=1"
 """
 
 import argparse
@@ -62,6 +69,10 @@ def parse_args(argv=None):
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--enable-batching", default="true", choices=("true", "false"))
     p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request (s)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="times every mode and level is measured, one after another")
+    p.add_argument("--serve-flags", default="",
+                   help="more flags for glomo serve, e.g. '--tensorflow_intra_op_parallelism=1'")
     return p.parse_args(argv)
 
 
@@ -140,6 +151,20 @@ def time_calls(make_call, concurrency, requests, warmup):
     return summarise([x for part in latencies for x in part], wall)
 
 
+def rest_vs_in_process(runs, levels):
+    """Per round: what REST adds to the p50 and REST's p50 and throughput over in-process's."""
+    def at(run, mode, level):
+        return next(x for x in run if x["mode"] == mode and x["concurrency"] == level)
+
+    return {f"concurrency_{level}": {
+        "p50_added_ms": [round(at(r, "rest", level)["p50_ms"] - at(r, "in_process", level)[
+            "p50_ms"], 3) for r in runs],
+        "p50_ratio": [round(at(r, "rest", level)["p50_ms"] / at(r, "in_process", level)[
+            "p50_ms"], 3) for r in runs],
+        "throughput_ratio": [round(at(r, "rest", level)["requests_per_s"] / at(
+            r, "in_process", level)["requests_per_s"], 3) for r in runs]} for level in levels}
+
+
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
@@ -162,9 +187,9 @@ def main(argv=None):
         [sys.executable, "-c", LAUNCHER, "serve", f"--port={grpc_port}",
          f"--rest_api_port={rest_port}", f"--model_name={args.model_name}",
          f"--model_base_path={base}", f"--enable_batching={args.enable_batching}",
-         "--file_system_poll_wait_seconds=0"],
+         "--file_system_poll_wait_seconds=0", *args.serve_flags.split()],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    results = []
+    runs = []
     try:
         ServingClient(f"127.0.0.1:{rest_port}", args.model_name, retries=0,
                       timeout=10).wait_until_available(timeout=300)
@@ -191,13 +216,16 @@ def main(argv=None):
 
         modes = {"in_process": in_process, "rest": served("rest", rest_port),
                  "grpc": served("grpc", grpc_port)}
-        for concurrency in args.concurrency:
-            for mode, make_call in modes.items():
-                summary = time_calls(make_call, concurrency, args.requests, args.warmup)
-                results.append(dict(mode=mode, concurrency=concurrency, **summary))
-                print(f"{mode:>10} x{concurrency}: p50 {summary['p50_ms']} ms, "
-                      f"p99 {summary['p99_ms']} ms, {summary['requests_per_s']} req/s",
-                      file=sys.stderr)
+        for round_ in range(args.rounds):
+            results = []
+            for concurrency in args.concurrency:
+                for mode, make_call in modes.items():
+                    summary = time_calls(make_call, concurrency, args.requests, args.warmup)
+                    results.append(dict(mode=mode, concurrency=concurrency, **summary))
+                    print(f"round {round_ + 1} {mode:>10} x{concurrency}: p50 "
+                          f"{summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, "
+                          f"{summary['requests_per_s']} req/s", file=sys.stderr)
+            runs.append(results)
     finally:
         server.terminate()
         try:
@@ -214,7 +242,9 @@ def main(argv=None):
                  "subprocess on 127.0.0.1; concurrent GLoMo text requests are merged into one "
                  "batch padded to its longest text and each answer is cut back to its own "
                  "length",
-        "results": results,
+        "results": runs[0],
+        "runs": runs,
+        "rest_vs_in_process": rest_vs_in_process(runs, args.concurrency),
     }, indent=2))
     return 0
 
