@@ -7,6 +7,7 @@ those side-by-side numbers only.
 
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -100,7 +101,7 @@ def recorded(tf=None):
     script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO_ROOT) if sys.argv else "?"
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine, "code": f"commit {commit}" if commit else "unknown",
-            "command": " ".join(["python", script, *sys.argv[1:]])}
+            "command": shlex.join(["python", script, *sys.argv[1:]])}
 
 
 def set_threads(tf, threads):

@@ -65,21 +65,25 @@ def sparse_mixture_row():
     return row("sparse_mixture.py", "sparse_mixture", "; ".join(cells), r)
 
 
-def serving_latency_row():
-    r = load("serving_latency")
+def serving_latency_row(output="serving_latency"):
+    r = load(output)
 
     def at(run, mode, concurrency):
         return next(x for x in run if x["mode"] == mode and x["concurrency"] == concurrency)
 
-    adds = [at(run, "rest", 1)["p50_ms"] - at(run, "in_process", 1)["p50_ms"] for run in r["runs"]]
-    ratio = [at(run, "rest", 8)["requests_per_s"] / at(run, "in_process", 8)["requests_per_s"]
-             for run in r["runs"]]
-    first = r["results"]
-    figures = (f"p50 at concurrency 1: in-process {at(first, 'in_process', 1)['p50_ms']:.2f} ms, "
-               f"gRPC {at(first, 'grpc', 1)['p50_ms']:.2f}, REST {at(first, 'rest', 1)['p50_ms']:.2f}"
-               f"; REST adds {spread(adds, ' ms')} over {len(r['runs'])} runs; REST throughput at "
-               f"concurrency 8: {min(ratio):.2f}-{max(ratio):.2f}x in-process")
-    return row("serving_latency.py", "serving_latency", figures, r)
+    first, rounds = r["results"], r["rest_vs_in_process"]
+    config = r["config"]
+    size = (f"d {config['hidden_dim']}, {config['layers']}x{config['heads']} heads, "
+            f"{config['words']} words, {config['signature']}")
+    figures = (f"{size}: p50 at concurrency 1: in-process {at(first, 'in_process', 1)['p50_ms']:.2f}"
+               f" ms, gRPC {at(first, 'grpc', 1)['p50_ms']:.2f}, REST "
+               f"{at(first, 'rest', 1)['p50_ms']:.2f}; over {len(r['runs'])} rounds REST adds "
+               f"{spread(rounds['concurrency_1']['p50_added_ms'], ' ms')} "
+               f"({min(rounds['concurrency_1']['p50_ratio']):.2f}-"
+               f"{max(rounds['concurrency_1']['p50_ratio']):.2f}x in-process); REST throughput at "
+               f"concurrency 8: {min(rounds['concurrency_8']['throughput_ratio']):.2f}-"
+               f"{max(rounds['concurrency_8']['throughput_ratio']):.2f}x in-process")
+    return row("serving_latency.py", output, figures, r)
 
 
 def serving_soak_rows():
@@ -153,7 +157,8 @@ def all_rows():
     return [transfer_overhead_row(name) for name in (
         "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
         "transfer_overhead_cache_topk_large")] + [
-        sparse_mixture_row(), serving_latency_row(), *serving_soak_rows(),
+        sparse_mixture_row(), serving_latency_row(), serving_latency_row("serving_latency_large"),
+        *serving_soak_rows(),
         *ordered_memory_rows(), top_k_accuracy_row(),
         *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row()]
 
