@@ -192,6 +192,20 @@ def propagate(graphs, features):
     return single, tf.stack(chained, axis=2)
 
 
+def hierarchical_products(graphs):
+    """The hierarchical products of Section 2.2 as ``T x T`` matrices: ``[B, 2, L - 1, K, T, T]``
+    with ``[..., l - 2, k, :, :] = Lambda^l_k = G^l_k Lambda^{l-1}_k`` for ``l = 2..L``
+    (``Lambda^1 = G^1`` is the first layer's graphs and is not repeated). ``O(L T^3)`` per head:
+    worth it where they are formed once and reused (a frozen predictor's graph cache)."""
+    products = [graphs[:, :, 0]]
+    for layer in range(1, graphs.shape[2]):
+        products.append(tf.matmul(graphs[:, :, layer], products[-1]))
+    if len(products) == 1:
+        shape = tf.shape(graphs)
+        return tf.zeros(tf.concat([shape[:2], [0], shape[3:]], 0), graphs.dtype)
+    return tf.stack(products[1:], axis=2)
+
+
 def top_k_sources(graphs, k):
     """The ``k`` heaviest sources of every row of ``graphs [..., T, S]``: the compact form.
 

@@ -68,6 +68,68 @@ def test_cache_holds_each_sentences_graphs_computed_alone(rng, top_k):
     assert support > 2  # so the top-2 cache is a real truncation
 
 
+def np_products(graphs):
+    """``Lambda^l = G^l Lambda^{l-1}`` for l = 2..L, by NumPy: ``[..., L - 1, K, n, n]``."""
+    chain, out = graphs[:, 0], []
+    for layer in range(1, graphs.shape[1]):
+        chain = np.einsum("zkts,zksu->zktu", graphs[:, layer], chain)
+        out.append(chain)
+    return np.stack(out, axis=1)
+
+
+def test_products_cache_holds_each_sentences_products_and_a_subset_keeps_them(rng):
+    predictor = make_predictor()
+    ids = random_ids(rng)
+    cache = graph_cache.compute_graphs(predictor, ids, batch_size=8, products=True)
+    plain = graph_cache.compute_graphs(predictor, ids, batch_size=8)
+    assert cache.nbytes == plain.nbytes + cache.products.nbytes
+    assert cache.products.size * 2 == cache.weights.size  # L - 1 of L = 2 layers
+    for i in range(len(ids)):
+        np.testing.assert_array_equal(cache.sentence(i), plain.sentence(i))
+        np.testing.assert_allclose(cache.sentence_products(i), np_products(cache.sentence(i)),
+                                   rtol=1e-5, atol=1e-7)
+    part = cache.subset([5, 2, 30])
+    for j, i in enumerate([5, 2, 30]):
+        np.testing.assert_array_equal(part.sentence_products(j), cache.sentence_products(i))
+    batch = graph_cache.batch_of(cache, [5, 2], ids.shape[1])
+    assert set(batch) == {"graphs", "products"}
+    n = cache.lengths[2]
+    np.testing.assert_array_equal(batch["products"][1, :, :, :, :n, :n],
+                                  cache.sentence_products(2))
+    assert not batch["products"][1, :, :, :, n:].any() and not batch["products"][1, ..., n:].any()
+    with pytest.raises(ValueError, match="holds no products"):
+        plain.sentence_products(0)
+    with pytest.raises(ValueError, match="top_k=None"):
+        graph_cache.compute_graphs(predictor, ids, top_k=2, products=True)
+
+
+@pytest.mark.parametrize("variant", ["glomo_embeddings", "glomo_rnn"])
+@pytest.mark.parametrize("propagation", ["explicit", "chained"])
+def test_fed_products_give_the_online_outputs_and_gradients(rng, variant, propagation):
+    predictor = make_predictor()
+    model = build_classifier(V, 3, variant, graph_predictor=predictor, embedding_dim=8,
+                             rnn_units=4, attention_heads=2, dropout=0.0)
+    for layer in graph_cache._transfer_layers(model):
+        layer.mixture.propagation = propagation
+    ids = random_ids(rng, count=6)
+    fed = graph_cache.GraphFedModel(model)
+    cache = graph_cache.compute_graphs(predictor, ids, products=True)
+    graphs = graph_cache.batch_of(cache, range(6), ids.shape[1])
+    labels = tf.constant(rng.integers(0, 3, 6))
+
+    def loss_and_grads(call):
+        with tf.GradientTape() as tape:
+            loss = keras.losses.sparse_categorical_crossentropy(labels, call())
+        return loss, tape.gradient(loss, model.trainable_weights)
+
+    online, online_grads = loss_and_grads(lambda: model(ids, training=True))
+    cached, cached_grads = loss_and_grads(lambda: fed((ids, graphs), training=True))
+    np.testing.assert_allclose(cached.numpy(), online.numpy(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(cached_grads, online_grads):
+        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
+                                   tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-6)
+
+
 def test_training_batches_are_the_online_batches_with_their_graphs(rng):
     """Same shuffles, buckets and batches as bucketed_training_batches, two epochs running, and
     each batch's graphs equal the predictor's graphs of that batch."""
@@ -76,13 +138,22 @@ def test_training_batches_are_the_online_batches_with_their_graphs(rng):
     labels = rng.integers(0, 2, len(ids))
     dense = graph_cache.compute_graphs(predictor, ids)
     top = graph_cache.compute_graphs(predictor, ids, top_k=3)
+    with_products = graph_cache.compute_graphs(predictor, ids, products=True)
     online = bucketed_training_batches(ids, labels, 6, seed=4)
-    cached, cached_top = (graph_cache.cached_training_batches(ids, labels, 6, 4, c)
-                          for c in (dense, top))
+    cached, cached_top, cached_products = (
+        graph_cache.cached_training_batches(ids, labels, 6, 4, c)
+        for c in (dense, top, with_products))
     assert int(cached.cardinality()) == int(online.cardinality())
     for _ in range(2):  # the second epoch reshuffles alike
-        for (x, y), ((cx, graphs), cy), ((tx, indices, weights), _) in zip(online, cached,
-                                                                            cached_top):
+        for (x, y), ((cx, graphs), cy), ((tx, indices, weights), _), ((px, fed), _) in zip(
+                online, cached, cached_top, cached_products):
+            np.testing.assert_array_equal(px.numpy(), x.numpy())
+            np.testing.assert_array_equal(fed["graphs"].numpy(), graphs.numpy())
+            for row in range(len(x)):
+                n = max(1, int((x[row].numpy() != 0).sum()))
+                np.testing.assert_allclose(fed["products"][row, ..., :n, :n].numpy(),
+                                           np_products(graphs[row, ..., :n, :n].numpy()),
+                                           rtol=1e-5, atol=1e-7)
             np.testing.assert_array_equal(cx.numpy(), x.numpy())
             np.testing.assert_array_equal(tx.numpy(), x.numpy())
             np.testing.assert_array_equal(cy.numpy(), y.numpy())
@@ -122,9 +193,11 @@ def test_fed_classifier_gives_the_online_outputs_and_gradients(rng, variant):
                                    tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng):
+@pytest.mark.parametrize("products", [False, True])
+def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, products):
     """Two epochs of fit with validation, from the same initial weights: the cached path ends
-    with the online path's weights and history (float round-off apart)."""
+    with the online path's weights and history (float round-off apart), with the hierarchical
+    products cached too or not."""
     predictor = make_predictor()
     ids = random_ids(rng, count=30)
     labels = rng.integers(0, 2, len(ids))
@@ -139,8 +212,8 @@ def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng):
                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         if cached:
             data = graph_cache.cached_training_batches(
-                ids, labels, 8, 1, graph_cache.compute_graphs(predictor, ids))
-            val = graph_cache.with_graphs(validation, predictor)
+                ids, labels, 8, 1, graph_cache.compute_graphs(predictor, ids, products=products))
+            val = graph_cache.with_graphs(validation, predictor, products=products)
         else:
             data, val = bucketed_training_batches(ids, labels, 8, 1), validation
         history = trained.fit(data, validation_data=val, epochs=2, verbose=0)
@@ -170,6 +243,10 @@ def test_with_graphs_runs_the_predictor_on_the_first_pass_only(rng):
         del predictor.call
     assert len(calls) == traced  # the second pass read the cache
     assert int(staged.cardinality()) == 3
+    for (x, fed), _ in graph_cache.with_graphs(data, predictor, products=True):
+        np.testing.assert_allclose(fed["products"].numpy()[:, :, 0],
+                                   np.einsum("bzkts,bzksu->bzktu", fed["graphs"][:, :, 1],
+                                             fed["graphs"][:, :, 0]), rtol=1e-5, atol=1e-7)
     for ((x, indices, weights), _), ((x2, _, weights2), _) in zip(first, second):
         expected_indices, expected_weights = np_top_k(
             predictor(x, training=False)["graphs"].numpy(), 2)
@@ -194,6 +271,10 @@ def test_errors(rng):
     tuned.get_layer("glomo_embeddings").fine_tune = True
     with pytest.raises(ValueError, match="fine_tune=True"):
         graph_cache.GraphFedModel(tuned)
+    from glomo_tf import GlomoTransfer
+    with pytest.raises(ValueError, match="feed it the top-k form"):
+        with GlomoTransfer(predictor, top_k=2).feeding({"graphs": None, "products": None}):
+            pass
 
 
 def test_module_example_runs():

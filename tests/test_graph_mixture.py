@@ -433,3 +433,34 @@ def test_top_k_form_with_run_time_length_chooses_gather_or_dense_alike(rng, monk
             tf.TensorSpec([None, 2, L, K, None, None])])
         np.testing.assert_allclose(call(features, indices, weights).numpy(), expected,
                                    rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+def test_given_products_equal_formed_ones_in_every_propagation(num_layers):
+    """Products formed once (ops.hierarchical_products, checked against NumPy chains) and given
+    as {"graphs", "products"} give what the layer computes when it forms them itself."""
+    from glomo_tf import ops
+    rng = np.random.default_rng(num_layers)
+    H = rng.normal(size=(2, 5, 3)).astype("float32")
+    G = rng.random((2, 2, num_layers, 2, 5, 5)).astype("float32")
+    products = ops.hierarchical_products(tf.constant(G)).numpy()
+    assert products.shape == (2, 2, num_layers - 1, 2, 5, 5)
+    chain = G[:, :, 0]
+    for layer in range(1, num_layers):
+        chain = np.einsum("bzkts,bzksu->bzktu", G[:, :, layer], chain)
+        np.testing.assert_allclose(products[:, :, layer - 1], chain, rtol=1e-5)
+    given = {"graphs": G, "products": products}
+    for propagation in ("explicit", "chained", "auto"):
+        for include in (True, False):
+            mix = GraphMixture(num_mixtures=2, include_products=include, propagation=propagation)
+            np.testing.assert_allclose(mix(H, given).numpy(), mix(H, G).numpy(), rtol=1e-5,
+                                       atol=1e-6)
+            np.testing.assert_allclose(mix.explicit_mixed_graphs(H, given).numpy(),
+                                       mix.explicit_mixed_graphs(H, G).numpy(), rtol=1e-5,
+                                       atol=1e-6)
+    mix = GraphMixture(num_mixtures=2)
+    with pytest.raises(ValueError, match="got keys"):
+        mix(H, {"graphs": G})
+    if num_layers > 1:
+        with pytest.raises(ValueError, match="L - 1"):
+            mix(H, {"graphs": G, "products": G})

@@ -213,7 +213,7 @@ class GlomoTransfer(keras.layers.Layer):
             if not self.fine_tune:
                 graphs = tf.stop_gradient(graphs)
         if (self.top_k is not None and graphs is not None
-                and not isinstance(graphs, (list, tuple))):
+                and not isinstance(graphs, (list, tuple, dict))):
             graphs = ops.top_k_sources(graphs, self.top_k)
         features = tf.cast(features, self.compute_dtype)
         mixed = self.mixture(features, graphs, padding_mask)  # [B, T, 2, mixtures, d]
@@ -229,8 +229,10 @@ class GlomoTransfer(keras.layers.Layer):
     @contextlib.contextmanager
     def feeding(self, graphs):
         """Within the block, calls on ``[features, token_ids]`` use ``graphs`` instead of the
-        predictor's: ``[batch, 2, L, K, T, T]`` or the top-k pair ``(indices, weights)``, computed
-        for the same token ids (by :mod:`glomo_tf.data.graph_cache`). Frozen predictors only."""
+        predictor's: ``[batch, 2, L, K, T, T]``, the same with their hierarchical products
+        formed beforehand (``{"graphs": ..., "products": ...}``, see :class:`GraphMixture`) or
+        the top-k pair ``(indices, weights)``, computed for the same token ids (by
+        :mod:`glomo_tf.data.graph_cache`). Frozen predictors only."""
         if self.fine_tune:
             raise ValueError(
                 f"{self.name} fine-tunes its graph predictor (fine_tune=True), so its graphs "
@@ -238,6 +240,11 @@ class GlomoTransfer(keras.layers.Layer):
         if self.graph_mode != "learned":
             raise ValueError(f"{self.name} uses {self.graph_mode} graphs; only learned graphs "
                              "can be fed.")
+        if isinstance(graphs, dict) and self.top_k is not None:
+            raise ValueError(
+                f"{self.name} keeps the top {self.top_k} sources of each unit (top_k): feed it "
+                "the top-k form (graph_cache.compute_graphs(..., top_k=...)), not dense graphs "
+                "with their products.")
         object.__setattr__(self, "_fed_graphs", graphs)
         try:
             yield self

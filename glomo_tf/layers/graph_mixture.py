@@ -37,6 +37,12 @@ class GraphMixture(keras.layers.Layer):
       is several times faster (it applies one mixed graph to ``H`` instead of ``2 L K``
       candidates); from a few hundred units on (``T`` above about ``2 d``) the chained one is.
 
+    A frozen predictor's products can be formed once (:func:`glomo_tf.ops.hierarchical_products`,
+    what :mod:`glomo_tf.data.graph_cache` stores with ``products=True``) and given with the graphs
+    as ``{"graphs": G, "products": P}``: the candidates are then read, not formed, which takes
+    the ``T^3`` term out of the explicit form (about a third of the mixture's time at the MR
+    sizes) and the chains out of the chained one; the result is the same up to round-off.
+
     The graphs may also come in the compact top-k form ``(indices, weights)``, both
     ``[batch, 2, L, K, T, k]`` (:func:`glomo_tf.ops.top_k_sources`: the ``k`` heaviest sources of
     each receiving unit). The candidates are then applied by gather and weighted sum
@@ -56,8 +62,10 @@ class GraphMixture(keras.layers.Layer):
 
     Call arguments:
         features: ``H``, ``[batch, T, d]``.
-        graphs: ``[batch, 2, L, K, T, T]``, or the top-k form ``(indices, weights)``, both
-            ``[batch, 2, L, K, T, k]`` (ignored in uniform mode, may be None there).
+        graphs: ``[batch, 2, L, K, T, T]``; or ``{"graphs": ..., "products": [batch, 2, L - 1, K,
+            T, T]}`` with the hierarchical products formed beforehand; or the top-k form
+            ``(indices, weights)``, both ``[batch, 2, L, K, T, k]`` (ignored in uniform mode, may
+            be None there).
         padding_mask: bool ``[batch, T]``; needed in uniform mode, optional otherwise.
 
     Returns:
@@ -106,6 +114,8 @@ class GraphMixture(keras.layers.Layer):
                 raise ValueError("A learned GraphMixture needs the graphs' shape to build.")
             if _is_top_k(graphs_shape):
                 graphs_shape = graphs_shape[0]
+            elif isinstance(graphs_shape, dict):
+                graphs_shape = graphs_shape["graphs"]
             self._candidates = self.num_candidates(graphs_shape[2], graphs_shape[3])
             if self.conditioned:
                 self.weight_kernel = self.add_weight(
@@ -141,6 +151,10 @@ class GraphMixture(keras.layers.Layer):
         weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
         if _is_top_k(graphs):
             mixed = self._from_top_k(features, graphs, weights)
+        elif isinstance(graphs, dict):
+            graphs, products = _products_form(graphs)
+            mixed = self._dense(features, graphs, weights,
+                                products if self.include_products else None)
         else:
             mixed = self._dense(features, graphs, weights)
         return mixed * scale[None, None, :, :, None]
@@ -177,34 +191,48 @@ class GraphMixture(keras.layers.Layer):
         steps = features.shape[1] or tf.shape(features)[1]
         return steps >= GATHER_MIN_RATIO * k
 
-    def _dense(self, features, graphs, weights):
-        """``M H`` (unscaled) of dense graphs, by the call's propagation."""
+    def _dense(self, features, graphs, weights, products=None):
+        """``M H`` (unscaled) of dense graphs (and their products when given), by the call's
+        propagation."""
         graphs = tf.cast(graphs, self.compute_dtype)
+        if products is not None:
+            products = tf.cast(products, self.compute_dtype)
         if self.propagation == "auto":
             # A Python bool when T is known at trace time, a scalar tensor (tf.cond) otherwise.
             steps = graphs.shape[-1] or features.shape[1] or tf.shape(graphs)[-1]
             explicit = self.explicit_is_cheaper(steps, features.shape[-1], graphs.shape[2],
-                                                graphs.shape[3])
+                                                graphs.shape[3],
+                                                products_given=products is not None)
         else:
             explicit = self.propagation == "explicit"
         if isinstance(explicit, bool):
-            return (self._explicit if explicit else self._chained)(features, graphs, weights)
-        return tf.cond(explicit, lambda: self._explicit(features, graphs, weights),
-                       lambda: self._chained(features, graphs, weights))
+            return (self._explicit if explicit else self._chained)(features, graphs, weights,
+                                                                   products)
+        return tf.cond(explicit, lambda: self._explicit(features, graphs, weights, products),
+                       lambda: self._chained(features, graphs, weights, products))
 
-    def explicit_is_cheaper(self, steps, width, num_layers, num_heads):
+    def explicit_is_cheaper(self, steps, width, num_layers, num_heads, products_given=False):
         """Whether forming the mixed graphs takes fewer multiply-adds than the chains, for
         ``steps`` units (an int or a scalar tensor), features of ``width``, ``num_layers`` layers of
-        ``num_heads`` heads (per direction; the shared mixture-weight cost is left out)."""
+        ``num_heads`` heads (per direction; the shared mixture-weight cost is left out), with the
+        hierarchical products formed here or ``products_given``."""
         L, K, m, d = num_layers, num_heads, self.num_mixtures, width
         chains = (L - 1) * K if self.include_products else 0
         candidates = self.num_candidates(L, K)
-        # chained: (L K + chains) T^2 d; explicit: chains T^3 + m (C + d) T^2 (both per direction).
-        return chains * steps < (L * K + chains) * d - m * (candidates + d)
+        # chained: (L K + chains) T^2 d; explicit: chains T^3 + m (C + d) T^2 (both per direction),
+        # without the T^3 term when the products are given.
+        formed = 0 if products_given else chains
+        return formed * steps < (L * K + chains) * d - m * (candidates + d)
 
-    def _chained(self, features, graphs, weights):
+    def _chained(self, features, graphs, weights, products=None):
         """``M H`` from every candidate applied to ``H`` (``[B, T, 2, mixtures, d]``, unscaled)."""
-        single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
+        if products is None:
+            single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
+        else:
+            features = tf.cast(features, graphs.dtype)
+            single = tf.einsum("bzlkts,bsd->bzlktd", graphs, features)
+            chained = tf.concat([single[:, :, :1], tf.einsum("bzlkts,bsd->bzlktd", products,
+                                                               features)], axis=2)
         candidates = [single, chained] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
@@ -216,9 +244,9 @@ class GraphMixture(keras.layers.Layer):
         candidates = [single, chained] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
-    def _explicit(self, features, graphs, weights):
+    def _explicit(self, features, graphs, weights, products=None):
         """``M H`` from the mixed graphs formed as ``T x T`` matrices (unscaled)."""
-        mixed = self._mix_graphs(graphs, weights)  # [B, 2, T, m, S]
+        mixed = self._mix_graphs(graphs, weights, products)  # [B, 2, T, m, S]
         shape = tf.shape(mixed)
         # One [2 T m, S] @ [S, d] product per example (an einsum over the same axes is lowered to
         # several times slower transposes and small products on a CPU).
@@ -227,15 +255,14 @@ class GraphMixture(keras.layers.Layer):
                                or tf.shape(features)[-1]])
         return tf.transpose(out, [0, 2, 1, 3, 4])
 
-    def _mix_graphs(self, graphs, weights):
+    def _mix_graphs(self, graphs, weights, products=None):
         """The unscaled mixed graphs of the candidates' matrices, rows first:
-        ``[B, 2, T, mixtures, T]``."""
+        ``[B, 2, T, mixtures, T]`` (the hierarchical products formed here unless given)."""
         candidates = [graphs]
         if self.include_products:
-            products = [graphs[:, :, 0]]
-            for layer in range(1, graphs.shape[2]):
-                products.append(tf.matmul(graphs[:, :, layer], products[-1]))
-            candidates.append(tf.stack(products, axis=2))
+            if products is None:
+                products = ops.hierarchical_products(graphs)
+            candidates.append(tf.concat([graphs[:, :, :1], products], axis=2))
         return self._mix_candidates(candidates, weights)
 
     def _mix_candidates(self, candidates, weights):
@@ -269,11 +296,14 @@ class GraphMixture(keras.layers.Layer):
                 padding_mask = tf.ones(tf.shape(features)[:2], tf.bool)
             uniform = ops.uniform_graphs(padding_mask)[:, :, None]
             return uniform * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
+        products = None
         if _is_top_k(graphs):
             graphs = ops.densify_top_k(graphs[0], tf.cast(graphs[1], tf.float32),
                                        tf.shape(features)[1])
+        elif isinstance(graphs, dict):
+            graphs, products = (tf.cast(x, tf.float32) for x in _products_form(graphs))
         graphs = tf.cast(graphs, tf.float32)
-        mixed = tf.transpose(self._mix_graphs(graphs, self.mixture_weights(features)),
+        mixed = tf.transpose(self._mix_graphs(graphs, self.mixture_weights(features), products),
                              [0, 1, 3, 2, 4])  # [B, 2, m, T, T]
         return mixed * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
 
@@ -289,6 +319,22 @@ class GraphMixture(keras.layers.Layer):
                        "include_products": self.include_products, "graph_mode": self.graph_mode,
                        "propagation": self.propagation})
         return config
+
+
+def _products_form(graphs):
+    """``(graphs, products)`` of the form ``{"graphs": ..., "products": ...}``, checked."""
+    if set(graphs) != {"graphs", "products"}:
+        raise ValueError("Graphs given as a dict must be {'graphs': [batch, 2, L, K, T, T], "
+                         f"'products': [batch, 2, L - 1, K, T, T]}}; got keys {sorted(graphs)}.")
+    graphs, products = (tf.convert_to_tensor(graphs[key]) for key in ("graphs", "products"))
+    if graphs.shape.rank != 6 or products.shape.rank != 6 or (
+            None not in (graphs.shape[2], products.shape[2])
+            and products.shape[2] != graphs.shape[2] - 1):
+        raise ValueError(
+            "The products form takes graphs [batch, 2, L, K, T, T] and their hierarchical "
+            "products [batch, 2, L - 1, K, T, T] (glomo_tf.ops.hierarchical_products); got "
+            f"shapes {tuple(graphs.shape)} and {tuple(products.shape)}.")
+    return graphs, products
 
 
 def _is_top_k(graphs):
