@@ -19,6 +19,9 @@ and, on request, variants of ``glomo``:
   (:func:`glomo_tf.data.graph_cache.compute_graphs`, dense): the step of every epoch after the
   first. What filling the cache costs (the first epoch's extra work) is timed separately,
   ``cache_fill`` in the JSON, in total and per batch;
+* ``glomo_cached_products`` (``--cache`` too): the dense cache with each sentence's hierarchical
+  products formed once as well (``compute_graphs(..., products=True)``), so the mixture reads
+  them instead of forming them every step;
 * ``glomo_topk`` (``--top-k K``): ``GlomoTransfer(top_k=K)``, the predictor run online and its
   graphs cut to the K heaviest sources per unit, mixed by gather + weighted sum;
 * ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form.
@@ -69,7 +72,8 @@ def parse_args(argv=None):
                    help="TF intra- and inter-op threads (default: TensorFlow's, all cores)")
     p.add_argument("--seed", type=int, default=1111)
     p.add_argument("--cache", action="store_true",
-                   help="also time glomo_cached: graphs computed once (glomo_tf.data.graph_cache)")
+                   help="also time glomo_cached and glomo_cached_products: graphs (and their "
+                        "products) computed once (glomo_tf.data.graph_cache)")
     p.add_argument("--top-k", type=int, default=None, metavar="K",
                    help="also time glomo_topk (GlomoTransfer(top_k=K)); with --cache also "
                         "glomo_cached_topk (the cache in the top-K form)")
@@ -89,7 +93,7 @@ def variants(a):
     """The models to time: none, glomo, mha, then the requested glomo variants."""
     out = list(VARIANTS)
     if a.cache:
-        out.append("glomo_cached")
+        out += ["glomo_cached", "glomo_cached_products"]
     if a.top_k:
         out.append("glomo_topk")
     if a.cache and a.top_k:
@@ -234,12 +238,13 @@ def cached_batches(a, predictor, batches, variant):
     ids = np.concatenate([x for x, _ in batches])
     top_k = a.top_k if variant == "glomo_cached_topk" else None
     start = time.perf_counter()
-    cache = graph_cache.compute_graphs(predictor, ids, top_k=top_k, batch_size=a.batch)
+    cache = graph_cache.compute_graphs(predictor, ids, top_k=top_k, batch_size=a.batch,
+                                       products=variant == "glomo_cached_products")
     seconds = time.perf_counter() - start
     out, row = [], 0
     for x, y in batches:
         graphs = graph_cache.batch_of(cache, range(row, row + len(x)), x.shape[1])
-        graphs = graphs if isinstance(graphs, tuple) else (graphs,)
+        graphs = graphs if isinstance(graphs, tuple) else (graphs,)  # a dict stays whole
         out.append(((x, *graphs), y))
         row += len(x)
     return out, {"ms_total": round(1000 * seconds, 3),
