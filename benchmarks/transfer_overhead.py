@@ -19,9 +19,9 @@ and, on request, variants of ``glomo``:
   (:func:`glomo_tf.data.graph_cache.compute_graphs`, dense): the step of every epoch after the
   first. What filling the cache costs (the first epoch's extra work) is timed separately,
   ``cache_fill`` in the JSON, in total and per batch;
-* ``glomo_cached_products`` (``--cache`` too): the dense cache with each sentence's hierarchical
-  products formed once as well (``compute_graphs(..., products=True)``), so the mixture reads
-  them instead of forming them every step;
+* ``glomo_cached_candidates`` (``--cache`` too): the cache holding each sentence's candidate
+  matrices (``compute_graphs(..., candidates=True)``: graphs and hierarchical products, rows
+  first), so a step only mixes them and applies the mixed graphs;
 * ``glomo_topk`` (``--top-k K``): ``GlomoTransfer(top_k=K)``, the predictor run online and its
   graphs cut to the K heaviest sources per unit, mixed by gather + weighted sum;
 * ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form.
@@ -72,8 +72,8 @@ def parse_args(argv=None):
                    help="TF intra- and inter-op threads (default: TensorFlow's, all cores)")
     p.add_argument("--seed", type=int, default=1111)
     p.add_argument("--cache", action="store_true",
-                   help="also time glomo_cached and glomo_cached_products: graphs (and their "
-                        "products) computed once (glomo_tf.data.graph_cache)")
+                   help="also time glomo_cached and glomo_cached_candidates: graphs (or their "
+                        "candidate matrices) computed once (glomo_tf.data.graph_cache)")
     p.add_argument("--top-k", type=int, default=None, metavar="K",
                    help="also time glomo_topk (GlomoTransfer(top_k=K)); with --cache also "
                         "glomo_cached_topk (the cache in the top-K form)")
@@ -93,7 +93,7 @@ def variants(a):
     """The models to time: none, glomo, mha, then the requested glomo variants."""
     out = list(VARIANTS)
     if a.cache:
-        out += ["glomo_cached", "glomo_cached_products"]
+        out += ["glomo_cached", "glomo_cached_candidates"]
     if a.top_k:
         out.append("glomo_topk")
     if a.cache and a.top_k:
@@ -239,7 +239,7 @@ def cached_batches(a, predictor, batches, variant):
     top_k = a.top_k if variant == "glomo_cached_topk" else None
     start = time.perf_counter()
     cache = graph_cache.compute_graphs(predictor, ids, top_k=top_k, batch_size=a.batch,
-                                       products=variant == "glomo_cached_products")
+                                       candidates=variant == "glomo_cached_candidates")
     seconds = time.perf_counter() - start
     out, row = [], 0
     for x, y in batches:

@@ -47,7 +47,7 @@ def transfer_overhead_row(output):
     cells = [f"MultiHeadAttention +{added['mha']:.1f} ms/step"]
     for variant in r["ratio_added_over_mha_added"]:
         name = {"glomo": "GlomoTransfer", "glomo_cached": "cached",
-                "glomo_cached_products": "cached with products",
+                "glomo_cached_candidates": "cached candidates",
                 "glomo_topk": "top-k", "glomo_cached_topk": "cached top-k"}[variant]
         cells.append(f"{name} +{added[variant]:.1f} ms ({r['ratio_added_over_mha_added'][variant]:.1f}x,"
                      f" rounds {spread(r['ratio_added_over_mha_added_rounds'][variant], 'x')})")

@@ -68,44 +68,52 @@ def test_cache_holds_each_sentences_graphs_computed_alone(rng, top_k):
     assert support > 2  # so the top-2 cache is a real truncation
 
 
-def np_products(graphs):
-    """``Lambda^l = G^l Lambda^{l-1}`` for l = 2..L, by NumPy: ``[..., L - 1, K, n, n]``."""
-    chain, out = graphs[:, 0], []
+def np_candidates(graphs):
+    """A sentence's candidate matrices by NumPy: the heads of every layer, then the chains
+    ``Lambda^l = G^l Lambda^{l-1}``, rows first: ``[2, n, C, n]`` from ``[2, L, K, n, n]``."""
+    chains = [graphs[:, 0]]
     for layer in range(1, graphs.shape[1]):
-        chain = np.einsum("zkts,zksu->zktu", graphs[:, layer], chain)
-        out.append(chain)
-    return np.stack(out, axis=1)
+        chains.append(np.einsum("zkts,zksu->zktu", graphs[:, layer], chains[-1]))
+    groups = [graphs[:, l, k] for l in range(graphs.shape[1]) for k in range(graphs.shape[2])]
+    groups += [c[:, k] for c in chains for k in range(graphs.shape[2])]
+    return np.stack(groups, axis=1).transpose(0, 2, 1, 3)
 
 
-def test_products_cache_holds_each_sentences_products_and_a_subset_keeps_them(rng):
+def test_candidates_cache_holds_each_sentences_candidates_and_a_subset_keeps_them(rng):
     predictor = make_predictor()
     ids = random_ids(rng)
-    cache = graph_cache.compute_graphs(predictor, ids, batch_size=8, products=True)
+    cache = graph_cache.compute_graphs(predictor, ids, batch_size=8, candidates=True)
     plain = graph_cache.compute_graphs(predictor, ids, batch_size=8)
-    assert cache.nbytes == plain.nbytes + cache.products.nbytes
-    assert cache.products.size * 2 == cache.weights.size  # L - 1 of L = 2 layers
+    assert cache.num_candidates == 8  # 2 layers x 2 heads, and their products
+    assert cache.nbytes == plain.nbytes + cache.candidates.nbytes
+    assert cache.candidates.size == 2 * cache.weights.size
     for i in range(len(ids)):
         np.testing.assert_array_equal(cache.sentence(i), plain.sentence(i))
-        np.testing.assert_allclose(cache.sentence_products(i), np_products(cache.sentence(i)),
+        np.testing.assert_allclose(cache.sentence_candidates(i), np_candidates(cache.sentence(i)),
                                    rtol=1e-5, atol=1e-7)
     part = cache.subset([5, 2, 30])
     for j, i in enumerate([5, 2, 30]):
-        np.testing.assert_array_equal(part.sentence_products(j), cache.sentence_products(i))
+        np.testing.assert_array_equal(part.sentence_candidates(j), cache.sentence_candidates(i))
     batch = graph_cache.batch_of(cache, [5, 2], ids.shape[1])
-    assert set(batch) == {"graphs", "products"}
+    assert set(batch) == {"candidates"}
     n = cache.lengths[2]
-    np.testing.assert_array_equal(batch["products"][1, :, :, :, :n, :n],
-                                  cache.sentence_products(2))
-    assert not batch["products"][1, :, :, :, n:].any() and not batch["products"][1, ..., n:].any()
-    with pytest.raises(ValueError, match="holds no products"):
-        plain.sentence_products(0)
+    np.testing.assert_array_equal(batch["candidates"][1, :, :n, :, :n],
+                                  cache.sentence_candidates(2))
+    assert not batch["candidates"][1, :, n:].any() and not batch["candidates"][1, ..., n:].any()
+    singles = graph_cache.compute_graphs(predictor, ids[:3], candidates=True,
+                                         include_products=False)
+    assert singles.num_candidates == 4
+    np.testing.assert_allclose(singles.sentence_candidates(1),
+                               np_candidates(plain.sentence(1))[:, :, :4], rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="holds no candidate matrices"):
+        plain.sentence_candidates(0)
     with pytest.raises(ValueError, match="top_k=None"):
-        graph_cache.compute_graphs(predictor, ids, top_k=2, products=True)
+        graph_cache.compute_graphs(predictor, ids, top_k=2, candidates=True)
 
 
 @pytest.mark.parametrize("variant", ["glomo_embeddings", "glomo_rnn"])
 @pytest.mark.parametrize("propagation", ["explicit", "chained"])
-def test_fed_products_give_the_online_outputs_and_gradients(rng, variant, propagation):
+def test_fed_candidates_give_the_online_outputs_and_gradients(rng, variant, propagation):
     predictor = make_predictor()
     model = build_classifier(V, 3, variant, graph_predictor=predictor, embedding_dim=8,
                              rnn_units=4, attention_heads=2, dropout=0.0)
@@ -113,7 +121,7 @@ def test_fed_products_give_the_online_outputs_and_gradients(rng, variant, propag
         layer.mixture.propagation = propagation
     ids = random_ids(rng, count=6)
     fed = graph_cache.GraphFedModel(model)
-    cache = graph_cache.compute_graphs(predictor, ids, products=True)
+    cache = graph_cache.compute_graphs(predictor, ids, candidates=True)
     graphs = graph_cache.batch_of(cache, range(6), ids.shape[1])
     labels = tf.constant(rng.integers(0, 3, 6))
 
@@ -138,21 +146,20 @@ def test_training_batches_are_the_online_batches_with_their_graphs(rng):
     labels = rng.integers(0, 2, len(ids))
     dense = graph_cache.compute_graphs(predictor, ids)
     top = graph_cache.compute_graphs(predictor, ids, top_k=3)
-    with_products = graph_cache.compute_graphs(predictor, ids, products=True)
+    with_candidates = graph_cache.compute_graphs(predictor, ids, candidates=True)
     online = bucketed_training_batches(ids, labels, 6, seed=4)
-    cached, cached_top, cached_products = (
+    cached, cached_top, cached_candidates = (
         graph_cache.cached_training_batches(ids, labels, 6, 4, c)
-        for c in (dense, top, with_products))
+        for c in (dense, top, with_candidates))
     assert int(cached.cardinality()) == int(online.cardinality())
     for _ in range(2):  # the second epoch reshuffles alike
         for (x, y), ((cx, graphs), cy), ((tx, indices, weights), _), ((px, fed), _) in zip(
-                online, cached, cached_top, cached_products):
+                online, cached, cached_top, cached_candidates):
             np.testing.assert_array_equal(px.numpy(), x.numpy())
-            np.testing.assert_array_equal(fed["graphs"].numpy(), graphs.numpy())
             for row in range(len(x)):
                 n = max(1, int((x[row].numpy() != 0).sum()))
-                np.testing.assert_allclose(fed["products"][row, ..., :n, :n].numpy(),
-                                           np_products(graphs[row, ..., :n, :n].numpy()),
+                np.testing.assert_allclose(fed["candidates"][row, :, :n, :, :n].numpy(),
+                                           np_candidates(graphs[row, ..., :n, :n].numpy()),
                                            rtol=1e-5, atol=1e-7)
             np.testing.assert_array_equal(cx.numpy(), x.numpy())
             np.testing.assert_array_equal(tx.numpy(), x.numpy())
@@ -193,11 +200,11 @@ def test_fed_classifier_gives_the_online_outputs_and_gradients(rng, variant):
                                    tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("products", [False, True])
-def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, products):
+@pytest.mark.parametrize("candidates", [False, True])
+def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, candidates):
     """Two epochs of fit with validation, from the same initial weights: the cached path ends
-    with the online path's weights and history (float round-off apart), with the hierarchical
-    products cached too or not."""
+    with the online path's weights and history (float round-off apart), from cached graphs or
+    cached candidate matrices."""
     predictor = make_predictor()
     ids = random_ids(rng, count=30)
     labels = rng.integers(0, 2, len(ids))
@@ -212,8 +219,9 @@ def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, produc
                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         if cached:
             data = graph_cache.cached_training_batches(
-                ids, labels, 8, 1, graph_cache.compute_graphs(predictor, ids, products=products))
-            val = graph_cache.with_graphs(validation, predictor, products=products)
+                ids, labels, 8, 1,
+                graph_cache.compute_graphs(predictor, ids, candidates=candidates))
+            val = graph_cache.with_graphs(validation, predictor, candidates=candidates)
         else:
             data, val = bucketed_training_batches(ids, labels, 8, 1), validation
         history = trained.fit(data, validation_data=val, epochs=2, verbose=0)
@@ -243,10 +251,11 @@ def test_with_graphs_runs_the_predictor_on_the_first_pass_only(rng):
         del predictor.call
     assert len(calls) == traced  # the second pass read the cache
     assert int(staged.cardinality()) == 3
-    for (x, fed), _ in graph_cache.with_graphs(data, predictor, products=True):
-        np.testing.assert_allclose(fed["products"].numpy()[:, :, 0],
-                                   np.einsum("bzkts,bzksu->bzktu", fed["graphs"][:, :, 1],
-                                             fed["graphs"][:, :, 0]), rtol=1e-5, atol=1e-7)
+    for (x, fed), _ in graph_cache.with_graphs(data, predictor, candidates=True):
+        graphs = predictor(x, training=False)["graphs"].numpy()
+        for row in range(len(x)):
+            np.testing.assert_allclose(fed["candidates"][row].numpy(), np_candidates(graphs[row]),
+                                       rtol=1e-5, atol=1e-7)
     for ((x, indices, weights), _), ((x2, _, weights2), _) in zip(first, second):
         expected_indices, expected_weights = np_top_k(
             predictor(x, training=False)["graphs"].numpy(), 2)
@@ -273,7 +282,7 @@ def test_errors(rng):
         graph_cache.GraphFedModel(tuned)
     from glomo_tf import GlomoTransfer
     with pytest.raises(ValueError, match="feed it the top-k form"):
-        with GlomoTransfer(predictor, top_k=2).feeding({"graphs": None, "products": None}):
+        with GlomoTransfer(predictor, top_k=2).feeding({"candidates": None}):
             pass
 
 

@@ -436,31 +436,39 @@ def test_top_k_form_with_run_time_length_chooses_gather_or_dense_alike(rng, monk
 
 
 @pytest.mark.parametrize("num_layers", [1, 2, 3])
-def test_given_products_equal_formed_ones_in_every_propagation(num_layers):
-    """Products formed once (ops.hierarchical_products, checked against NumPy chains) and given
-    as {"graphs", "products"} give what the layer computes when it forms them itself."""
+def test_given_candidate_matrices_equal_the_explicit_form(num_layers):
+    """Candidates formed once (GraphMixture.candidate_matrices, checked against NumPy: the heads,
+    then the chains Lambda^l = G^l Lambda^{l-1}, rows first) and given as {"candidates"} give
+    what the layer computes from the graphs, in every propagation."""
     from glomo_tf import ops
     rng = np.random.default_rng(num_layers)
     H = rng.normal(size=(2, 5, 3)).astype("float32")
     G = rng.random((2, 2, num_layers, 2, 5, 5)).astype("float32")
     products = ops.hierarchical_products(tf.constant(G)).numpy()
     assert products.shape == (2, 2, num_layers - 1, 2, 5, 5)
-    chain = G[:, :, 0]
+    chains = [G[:, :, 0]]
     for layer in range(1, num_layers):
-        chain = np.einsum("bzkts,bzksu->bzktu", G[:, :, layer], chain)
-        np.testing.assert_allclose(products[:, :, layer - 1], chain, rtol=1e-5)
-    given = {"graphs": G, "products": products}
-    for propagation in ("explicit", "chained", "auto"):
-        for include in (True, False):
+        chains.append(np.einsum("bzkts,bzksu->bzktu", G[:, :, layer], chains[-1]))
+        np.testing.assert_allclose(products[:, :, layer - 1], chains[-1], rtol=1e-5)
+    for include in (True, False):
+        groups = [G[:, :, l, k] for l in range(num_layers) for k in range(2)]
+        if include:
+            groups += [chains[l][:, :, k] for l in range(num_layers) for k in range(2)]
+        expected = np.stack(groups, axis=2).transpose(0, 1, 3, 2, 4)  # [B, 2, T, C, T]
+        given = GraphMixture.candidate_matrices(G, include).numpy()
+        np.testing.assert_allclose(given, expected, rtol=1e-5, atol=1e-7)
+        for propagation in ("explicit", "chained", "auto"):
             mix = GraphMixture(num_mixtures=2, include_products=include, propagation=propagation)
-            np.testing.assert_allclose(mix(H, given).numpy(), mix(H, G).numpy(), rtol=1e-5,
-                                       atol=1e-6)
-            np.testing.assert_allclose(mix.explicit_mixed_graphs(H, given).numpy(),
-                                       mix.explicit_mixed_graphs(H, G).numpy(), rtol=1e-5,
-                                       atol=1e-6)
+            for conditioned in (True, False):
+                mix.conditioned = conditioned
+                np.testing.assert_allclose(mix(H, {"candidates": given}).numpy(),
+                                           mix(H, G).numpy(), rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(
+                    mix.explicit_mixed_graphs(H, {"candidates": given}).numpy(),
+                    mix.explicit_mixed_graphs(H, G).numpy(), rtol=1e-5, atol=1e-6)
     mix = GraphMixture(num_mixtures=2)
     with pytest.raises(ValueError, match="got keys"):
         mix(H, {"graphs": G})
-    if num_layers > 1:
-        with pytest.raises(ValueError, match="L - 1"):
-            mix(H, {"graphs": G, "products": G})
+    mix(H, G)  # built on the graphs: 4 L candidates with the products
+    with pytest.raises(ValueError, match=r"\[batch, 2, T, %d, T\]" % (4 * num_layers)):
+        mix(H, {"candidates": GraphMixture.candidate_matrices(G, include_products=False)})

@@ -21,10 +21,11 @@ layers in place of the online predictor:
   predictor. Train it with ``fit``; the wrapped model is trained with it and keeps the online
   path (token ids in, the predictor run inside), to save and serve.
 
-A dense cache may also hold the hierarchical products ``Lambda^l`` of each sentence's graphs
-(``products=True``: :func:`glomo_tf.ops.hierarchical_products`, formed once instead of every
-step; half as much again as the graphs' memory for a two-layer predictor); its batches then carry
-``{"graphs": ..., "products": ...}``.
+A dense cache may also hold each sentence's candidate matrices as the mixture reads them
+(``candidates=True``: :meth:`glomo_tf.GraphMixture.candidate_matrices`, the graphs and their
+hierarchical products laid out rows first, ``[2, n, C, n]``), so a step only mixes them: no
+products, stacking or transposes of the graphs every step. They take twice the graphs' memory
+(with the products); its batches carry ``{"candidates": [b, 2, T, C, T]}``.
 
 A dense cache (the default) gives the online path's outputs and gradients up to float round-off,
 and so does a top-k cache whose ``k`` covers every row's sources (``cache.exact``). A fine-tuned
@@ -61,8 +62,9 @@ class GraphCache:
     ``[2, L, K, n, n]`` (dense: ``k`` None) or ``[2, L, K, n, k]`` (top-k, with the source
     positions in ``indices``, int16 when they fit, else int32). ``support`` is the most sources
     with weight any row has: a top-k cache is exact when ``support <= k``; a dense one always is.
-    ``products`` (dense caches made with ``products=True``, else None): each sentence's
-    hierarchical products ``[2, L - 1, K, n, n]``, concatenated like ``weights``.
+    ``candidates`` (dense caches made with ``candidates=True``, else None): each sentence's
+    candidate matrices ``[2, n, C, n]`` (:meth:`glomo_tf.GraphMixture.candidate_matrices`),
+    concatenated, ``num_candidates`` (``C``) per unit.
     """
 
     weights: np.ndarray
@@ -72,7 +74,8 @@ class GraphCache:
     shape: tuple  # (2, L, K)
     k: object  # int, or None for a dense cache
     support: int
-    products: object = None  # np.ndarray, or None
+    candidates: object = None  # np.ndarray, or None
+    num_candidates: int = 0
 
     @property
     def exact(self):
@@ -84,12 +87,11 @@ class GraphCache:
     @property
     def nbytes(self):
         return int(self.weights.nbytes + (0 if self.indices is None else self.indices.nbytes)
-                   + (0 if self.products is None else self.products.nbytes))
+                   + (0 if self.candidates is None else self.candidates.nbytes))
 
-    def _product_offsets(self):
-        """Where each sentence's products start: ``L - 1`` of every ``L`` graph values."""
-        layers = self.shape[1]
-        return self.offsets // max(layers, 1) * max(layers - 1, 0)
+    def _candidate_offsets(self):
+        """Where each sentence's candidates start: ``2 n C n`` values for ``2 L K n n``."""
+        return np.concatenate([[0], np.cumsum(2 * self.num_candidates * self.lengths ** 2)])
 
     def subset(self, rows):
         """A :class:`GraphCache` of the sentences ``rows`` (in that order)."""
@@ -97,14 +99,16 @@ class GraphCache:
         parts = [np.arange(self.offsets[i], self.offsets[i + 1]) for i in rows]
         take = np.concatenate(parts) if parts else np.zeros([0], "int64")
         sizes = np.diff(self.offsets)[rows]
-        products = None
-        if self.products is not None:
-            starts = self._product_offsets()
+        candidates = None
+        if self.candidates is not None:
+            starts = self._candidate_offsets()
             parts = [np.arange(starts[i], starts[i + 1]) for i in rows]
-            products = self.products[np.concatenate(parts) if parts else np.zeros([0], "int64")]
+            candidates = self.candidates[np.concatenate(parts) if parts else
+                                         np.zeros([0], "int64")]
         return GraphCache(self.weights[take], None if self.indices is None else
                           self.indices[take], np.concatenate([[0], np.cumsum(sizes)]),
-                          self.lengths[rows], self.shape, self.k, self.support, products)
+                          self.lengths[rows], self.shape, self.k, self.support, candidates,
+                          self.num_candidates)
 
     def _sentence_shape(self, i):
         n = int(self.lengths[i])
@@ -119,28 +123,29 @@ class GraphCache:
             return weights
         return self.indices[part].reshape(weights.shape).astype("int32"), weights
 
-    def sentence_products(self, i):
-        """Sentence ``i``'s hierarchical products, ``[2, L - 1, K, n, n]`` (caches made with
-        ``products=True``)."""
-        if self.products is None:
-            raise ValueError("This graph cache holds no products: compute it with "
-                             "compute_graphs(..., products=True).")
-        starts = self._product_offsets()
+    def sentence_candidates(self, i):
+        """Sentence ``i``'s candidate matrices, ``[2, n, C, n]`` (caches made with
+        ``candidates=True``)."""
+        if self.candidates is None:
+            raise ValueError("This graph cache holds no candidate matrices: compute it with "
+                             "compute_graphs(..., candidates=True).")
+        starts = self._candidate_offsets()
         n = int(self.lengths[i])
-        two, layers, heads = self.shape
-        return self.products[starts[i]:starts[i + 1]].reshape(two, layers - 1, heads, n, n)
+        return self.candidates[starts[i]:starts[i + 1]].reshape(2, n, self.num_candidates, n)
 
 
-def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, products=False):
+def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=False,
+                   include_products=True):
     """A :class:`GraphCache` of the predictor's graphs of every row of ``token_ids [N, T]``.
 
     The sentences go through the predictor (inference mode) in length-sorted batches, each cut
     to its longest sentence, and each sentence's graphs are kept over its own units. ``top_k``
     None (default) keeps the dense graphs (exact: the fed model computes what the online one
     does); an int keeps each row's ``top_k`` heaviest sources (:func:`glomo_tf.ops.top_k_sources`,
-    exact when no row has more). ``products=True`` (dense caches only) also keeps each
-    sentence's hierarchical products (:func:`glomo_tf.ops.hierarchical_products`), so the
-    mixtures read them instead of forming them every step.
+    exact when no row has more). ``candidates=True`` (dense caches only) also keeps each
+    sentence's candidate matrices (:meth:`glomo_tf.GraphMixture.candidate_matrices`, with the
+    hierarchical products unless ``include_products=False``, as the transfer layers' own
+    ``include_products``), so the mixtures read them instead of forming them every step.
     """
     import tensorflow as tf
 
@@ -150,25 +155,28 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, products=Fa
     token_ids = np.asarray(token_ids, "int32")
     if top_k is not None and int(top_k) < 1:
         raise ValueError(f"top_k must be None (dense graphs) or >= 1, got {top_k}.")
-    if products and top_k is not None:
-        raise ValueError("products=True keeps dense hierarchical products: use it with "
+    if candidates and top_k is not None:
+        raise ValueError("candidates=True keeps dense candidate matrices: use it with "
                          "top_k=None (a dense cache).")
     lengths = np.maximum(sequence_lengths(token_ids), 1)
     order = np.argsort(lengths, kind="stable")
     run = tf.function(lambda ids: predictor(ids, training=False)["graphs"], reduce_retracing=True)
     weights_of, indices_of, support = [None] * len(token_ids), [None] * len(token_ids), 0
-    products_of = [None] * len(token_ids)
-    form_products = tf.function(ops.hierarchical_products, reduce_retracing=True)
+    from glomo_tf.layers.graph_mixture import GraphMixture
+
+    candidates_of = [None] * len(token_ids)
+    form_candidates = tf.function(
+        lambda g: GraphMixture.candidate_matrices(g, include_products), reduce_retracing=True)
     for start in range(0, len(order), batch_size):
         chosen = order[start:start + batch_size]
         width = int(lengths[chosen].max())
         graphs = run(tf.constant(token_ids[chosen, :width]))  # [b, 2, L, K, w, w]
         support = max(support, int(tf.reduce_max(
             tf.reduce_sum(tf.cast(graphs > 0, tf.int32), axis=-1))))
-        if products:
-            formed = form_products(graphs).numpy()
+        if candidates:
+            formed = form_candidates(graphs).numpy()  # [b, 2, w, C, w]
             for row, i in enumerate(chosen):
-                products_of[i] = formed[row, :, :, :, :lengths[i], :lengths[i]].ravel()
+                candidates_of[i] = formed[row, :, :lengths[i], :, :lengths[i]].ravel()
         if top_k is None:
             weights = graphs.numpy()
         else:
@@ -189,23 +197,29 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, products=Fa
         indices = np.concatenate(indices_of).astype(index_type)
     return GraphCache(np.concatenate(weights_of).astype("float32"), indices, offsets,
                       lengths.astype("int64"), shape, None if top_k is None else int(top_k),
-                      support, np.concatenate(products_of).astype("float32") if products
-                      else None)
+                      support,
+                      np.concatenate(candidates_of).astype("float32") if candidates else None,
+                      int(np.prod(shape[1:])) * (1 + bool(include_products)) if candidates
+                      else 0)
 
 
 def batch_of(cache, rows, length):
     """The cached graphs of sentences ``rows`` as one batch padded (source 0, weight 0) to
-    ``length`` units: dense ``[b, 2, L, K, length, length]`` (with ``products``: the dict
-    ``{"graphs": ..., "products": [b, 2, L - 1, K, length, length]}``) or the top-k pair, both
+    ``length`` units: dense ``[b, 2, L, K, length, length]`` (with candidates: the dict
+    ``{"candidates": [b, 2, length, C, length]}``) or the top-k pair, both
     ``[b, 2, L, K, length, k]``."""
     def pad(x, dims):
         return np.pad(x, [(0, 0)] * (x.ndim - dims) + [(0, length - x.shape[d])
                                                          for d in range(x.ndim - dims, x.ndim)])
 
     parts = [cache.sentence(i) for i in rows]
-    if cache.products is not None:
-        return {"graphs": np.stack([pad(x, 2) for x in parts]),
-                "products": np.stack([pad(cache.sentence_products(i), 2) for i in rows])}
+    if cache.candidates is not None:
+        def pad_candidates(x):  # [2, n, C, n] -> [2, length, C, length]
+            n = x.shape[1]
+            return np.pad(x, [(0, 0), (0, length - n), (0, 0), (0, length - n)])
+
+        return {"candidates": np.stack([pad_candidates(cache.sentence_candidates(i))
+                                        for i in rows])}
     if cache.k is None:
         return np.stack([pad(x, 2) for x in parts])
     return (np.stack([pad(x[0][..., :, :], 2)[..., :cache.k] for x in parts]),
@@ -218,9 +232,9 @@ def _elements(cache):
 
     sizes = np.diff(cache.offsets)
     weights = tf.RaggedTensor.from_row_lengths(cache.weights, sizes)
-    if cache.products is not None:
-        return weights, tf.RaggedTensor.from_row_lengths(
-            cache.products, np.diff(cache._product_offsets()))
+    if cache.candidates is not None:
+        return (tf.RaggedTensor.from_row_lengths(cache.candidates,
+                                                 np.diff(cache._candidate_offsets())),)
     if cache.k is None:
         return (weights,)
     return tf.RaggedTensor.from_row_lengths(cache.indices, sizes), weights
@@ -232,8 +246,8 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     The same per-epoch shuffles (same seed), length buckets and batches; each element is
     ``((ids [b, T], graphs...), labels)`` with the graphs of the batch's sentences read from
     ``cache`` (a :class:`GraphCache` of ``ids``): dense ``[b, 2, L, K, T, T]``, or top-k
-    ``indices, weights``, both ``[b, 2, L, K, T, k]``; a cache with products gives
-    ``((ids, {"graphs": ..., "products": ...}), labels)``.
+    ``indices, weights``, both ``[b, 2, L, K, T, k]``; a cache with candidates gives
+    ``((ids, {"candidates": [b, 2, T, C, T]}), labels)``.
     """
     import tensorflow as tf
 
@@ -253,9 +267,9 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
 
     def cut(x, y, n, graphs):
         n = tf.maximum(n, 1)
-        if cache.products is not None:
-            return x[:n], {"graphs": tf.reshape(graphs[0], head + [n, n]),
-                           "products": tf.reshape(graphs[1], [2, head[1] - 1, head[2], n, n])}, y
+        if cache.candidates is not None:
+            return x[:n], {"candidates": tf.reshape(graphs[0],
+                                                    [2, n, cache.num_candidates, n])}, y
         last = [n] if cache.k is None else [cache.k]
         graphs = tuple(tf.reshape(g, head + [n] + last) for g in graphs)
         if cache.k is not None:
@@ -267,7 +281,7 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     dataset = dataset.bucket_by_sequence_length(
         lambda x, g, y: tf.shape(x)[0], bucket_boundaries=edges,
         bucket_batch_sizes=[batch_size] * (len(boundaries) + 1))
-    if cache.products is not None:
+    if cache.candidates is not None:
         dataset = dataset.map(lambda x, g, y: ((x, g), y))
     else:
         dataset = dataset.map(lambda x, g, y: ((x, *g), y))
@@ -278,25 +292,30 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     return dataset.prefetch(2)
 
 
-def with_graphs(dataset, predictor, top_k=None, cache="", products=False):
+def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,
+                include_products=True):
     """A ``tf.data`` stage: batched ``(ids, labels)`` -> ``((ids, graphs...), labels)``, the
-    predictor's graphs of each batch in inference mode (dense, with ``products`` the dict
-    ``{"graphs": ..., "products": ...}``, or with ``top_k`` the pair ``indices, weights``), then ``Dataset.cache(cache)`` (``""``: in memory; a path: files
+    predictor's graphs of each batch in inference mode (dense, with ``candidates`` the dict
+    ``{"candidates": ...}`` of :meth:`glomo_tf.GraphMixture.candidate_matrices`, or with
+    ``top_k`` the pair ``indices, weights``), then ``Dataset.cache(cache)`` (``""``: in memory; a path: files
     there), so the predictor runs on the first pass only. For datasets whose batches come in the
     same order every pass (validation, test); ``cache=None`` leaves the caching out."""
     import tensorflow as tf
 
     from glomo_tf import ops
 
-    if products and top_k is not None:
-        raise ValueError("products=True adds dense hierarchical products: use it with "
+    from glomo_tf.layers.graph_mixture import GraphMixture
+
+    if candidates and top_k is not None:
+        raise ValueError("candidates=True adds dense candidate matrices: use it with "
                          "top_k=None.")
     cardinality = int(dataset.cardinality())
 
     def add(ids, labels):
         graphs = predictor(ids, training=False)["graphs"]
-        if products:
-            return (ids, {"graphs": graphs, "products": ops.hierarchical_products(graphs)}), labels
+        if candidates:
+            return (ids, {"candidates": GraphMixture.candidate_matrices(
+                graphs, include_products)}), labels
         if top_k is None:
             return (ids, graphs), labels
         return (ids, *ops.top_k_sources(graphs, int(top_k))), labels
@@ -340,8 +359,8 @@ class GraphFedModel(_keras_model_class()):
             are its graphs of the ids). Its layers and weights are shared, not copied.
 
     Call arguments:
-        inputs: ``(ids [B, T], graphs [B, 2, L, K, T, T])``, ``(ids, {"graphs": ...,
-            "products": [B, 2, L - 1, K, T, T]})`` or, top-k, ``(ids, indices [B, 2, L, K, T,
+        inputs: ``(ids [B, T], graphs [B, 2, L, K, T, T])``, ``(ids, {"candidates":
+            [B, 2, T, C, T]})`` or, top-k, ``(ids, indices [B, 2, L, K, T,
             k], weights [B, 2, L, K, T, k])``: the graphs of those ids
             (:func:`cached_training_batches`, :func:`with_graphs`).
         training: bool.

@@ -229,9 +229,8 @@ class GlomoTransfer(keras.layers.Layer):
     @contextlib.contextmanager
     def feeding(self, graphs):
         """Within the block, calls on ``[features, token_ids]`` use ``graphs`` instead of the
-        predictor's: ``[batch, 2, L, K, T, T]``, the same with their hierarchical products
-        formed beforehand (``{"graphs": ..., "products": ...}``, see :class:`GraphMixture`) or
-        the top-k pair ``(indices, weights)``, computed for the same token ids (by
+        predictor's: ``[batch, 2, L, K, T, T]``, their candidate matrices formed beforehand
+        (``{"candidates": [batch, 2, T, C, T]}``, see :class:`GraphMixture`) or the top-k pair ``(indices, weights)``, computed for the same token ids (by
         :mod:`glomo_tf.data.graph_cache`). Frozen predictors only."""
         if self.fine_tune:
             raise ValueError(
@@ -243,8 +242,8 @@ class GlomoTransfer(keras.layers.Layer):
         if isinstance(graphs, dict) and self.top_k is not None:
             raise ValueError(
                 f"{self.name} keeps the top {self.top_k} sources of each unit (top_k): feed it "
-                "the top-k form (graph_cache.compute_graphs(..., top_k=...)), not dense graphs "
-                "with their products.")
+                "the top-k form (graph_cache.compute_graphs(..., top_k=...)), not dense "
+                "candidate matrices.")
         object.__setattr__(self, "_fed_graphs", graphs)
         try:
             yield self

@@ -37,11 +37,11 @@ class GraphMixture(keras.layers.Layer):
       is several times faster (it applies one mixed graph to ``H`` instead of ``2 L K``
       candidates); from a few hundred units on (``T`` above about ``2 d``) the chained one is.
 
-    A frozen predictor's products can be formed once (:func:`glomo_tf.ops.hierarchical_products`,
-    what :mod:`glomo_tf.data.graph_cache` stores with ``products=True``) and given with the graphs
-    as ``{"graphs": G, "products": P}``: the candidates are then read, not formed, which takes
-    the ``T^3`` term out of the explicit form (about a third of the mixture's time at the MR
-    sizes) and the chains out of the chained one; the result is the same up to round-off.
+    A frozen predictor's candidates can also be formed once, as the ``T x T`` matrices the
+    explicit form mixes, laid out rows first: ``{"candidates": [batch, 2, T, C, T]}``
+    (:meth:`candidate_matrices`, what :mod:`glomo_tf.data.graph_cache` stores with
+    ``candidates=True``). A step then only mixes them and applies the mixed graphs (no products,
+    stacking or transposes of the graphs every step), with the explicit form's result.
 
     The graphs may also come in the compact top-k form ``(indices, weights)``, both
     ``[batch, 2, L, K, T, k]`` (:func:`glomo_tf.ops.top_k_sources`: the ``k`` heaviest sources of
@@ -62,10 +62,9 @@ class GraphMixture(keras.layers.Layer):
 
     Call arguments:
         features: ``H``, ``[batch, T, d]``.
-        graphs: ``[batch, 2, L, K, T, T]``; or ``{"graphs": ..., "products": [batch, 2, L - 1, K,
-            T, T]}`` with the hierarchical products formed beforehand; or the top-k form
-            ``(indices, weights)``, both ``[batch, 2, L, K, T, k]`` (ignored in uniform mode, may
-            be None there).
+        graphs: ``[batch, 2, L, K, T, T]``; the top-k form ``(indices, weights)``, both
+            ``[batch, 2, L, K, T, k]``; or ``{"candidates": [batch, 2, T, C, T]}`` (ignored in
+            uniform mode, may be None there).
         padding_mask: bool ``[batch, T]``; needed in uniform mode, optional otherwise.
 
     Returns:
@@ -114,9 +113,10 @@ class GraphMixture(keras.layers.Layer):
                 raise ValueError("A learned GraphMixture needs the graphs' shape to build.")
             if _is_top_k(graphs_shape):
                 graphs_shape = graphs_shape[0]
-            elif isinstance(graphs_shape, dict):
-                graphs_shape = graphs_shape["graphs"]
-            self._candidates = self.num_candidates(graphs_shape[2], graphs_shape[3])
+            if isinstance(graphs_shape, dict):
+                self._candidates = _candidates_form(graphs_shape)[3]
+            else:
+                self._candidates = self.num_candidates(graphs_shape[2], graphs_shape[3])
             if self.conditioned:
                 self.weight_kernel = self.add_weight(
                     name="weight_kernel", shape=(d, 2, self.num_mixtures, self._candidates),
@@ -152,12 +152,34 @@ class GraphMixture(keras.layers.Layer):
         if _is_top_k(graphs):
             mixed = self._from_top_k(features, graphs, weights)
         elif isinstance(graphs, dict):
-            graphs, products = _products_form(graphs)
-            mixed = self._dense(features, graphs, weights,
-                                products if self.include_products else None)
+            mixed = self._apply_mixed(self._mix_given(graphs, weights), features)
         else:
             mixed = self._dense(features, graphs, weights)
         return mixed * scale[None, None, :, :, None]
+
+    def _mix_given(self, graphs, weights):
+        """The unscaled mixed graphs ``[B, 2, T, mixtures, T]`` of given candidate matrices."""
+        candidates = tf.convert_to_tensor(graphs["candidates"])
+        _candidates_form({"candidates": candidates.shape}, self._candidates)
+        candidates = tf.cast(candidates, weights.dtype)
+        if not self.conditioned:
+            return tf.matmul(weights[None, :, None], candidates)
+        return tf.matmul(tf.transpose(weights, [0, 2, 1, 3, 4]), candidates)
+
+    @staticmethod
+    def candidate_matrices(graphs, include_products=True):
+        """The candidates of dense ``graphs [B, 2, L, K, T, T]`` as matrices, rows first:
+        ``[B, 2, T, C, T]``, the heads of every layer then (``include_products``) the hierarchical
+        products ``Lambda^1..Lambda^L`` (:func:`glomo_tf.ops.hierarchical_products`), in the
+        order of the mixture weights' ``C`` axis."""
+        graphs = tf.convert_to_tensor(graphs)
+        groups = [graphs]
+        if include_products:
+            groups.append(tf.concat([graphs[:, :, :1], ops.hierarchical_products(graphs)],
+                                    axis=2))
+        shape = tf.shape(graphs)
+        stacked = tf.reshape(tf.stack(groups, axis=2), [shape[0], 2, -1, shape[4], shape[5]])
+        return tf.transpose(stacked, [0, 1, 3, 2, 4])
 
     def _from_top_k(self, features, graphs, weights):
         """``M H`` (unscaled) of the top-k form: by gather, or as the dense graphs it holds
@@ -191,48 +213,34 @@ class GraphMixture(keras.layers.Layer):
         steps = features.shape[1] or tf.shape(features)[1]
         return steps >= GATHER_MIN_RATIO * k
 
-    def _dense(self, features, graphs, weights, products=None):
-        """``M H`` (unscaled) of dense graphs (and their products when given), by the call's
-        propagation."""
+    def _dense(self, features, graphs, weights):
+        """``M H`` (unscaled) of dense graphs, by the call's propagation."""
         graphs = tf.cast(graphs, self.compute_dtype)
-        if products is not None:
-            products = tf.cast(products, self.compute_dtype)
         if self.propagation == "auto":
             # A Python bool when T is known at trace time, a scalar tensor (tf.cond) otherwise.
             steps = graphs.shape[-1] or features.shape[1] or tf.shape(graphs)[-1]
             explicit = self.explicit_is_cheaper(steps, features.shape[-1], graphs.shape[2],
-                                                graphs.shape[3],
-                                                products_given=products is not None)
+                                                graphs.shape[3])
         else:
             explicit = self.propagation == "explicit"
         if isinstance(explicit, bool):
-            return (self._explicit if explicit else self._chained)(features, graphs, weights,
-                                                                   products)
-        return tf.cond(explicit, lambda: self._explicit(features, graphs, weights, products),
-                       lambda: self._chained(features, graphs, weights, products))
+            return (self._explicit if explicit else self._chained)(features, graphs, weights)
+        return tf.cond(explicit, lambda: self._explicit(features, graphs, weights),
+                       lambda: self._chained(features, graphs, weights))
 
-    def explicit_is_cheaper(self, steps, width, num_layers, num_heads, products_given=False):
+    def explicit_is_cheaper(self, steps, width, num_layers, num_heads):
         """Whether forming the mixed graphs takes fewer multiply-adds than the chains, for
         ``steps`` units (an int or a scalar tensor), features of ``width``, ``num_layers`` layers of
-        ``num_heads`` heads (per direction; the shared mixture-weight cost is left out), with the
-        hierarchical products formed here or ``products_given``."""
+        ``num_heads`` heads (per direction; the shared mixture-weight cost is left out)."""
         L, K, m, d = num_layers, num_heads, self.num_mixtures, width
         chains = (L - 1) * K if self.include_products else 0
         candidates = self.num_candidates(L, K)
-        # chained: (L K + chains) T^2 d; explicit: chains T^3 + m (C + d) T^2 (both per direction),
-        # without the T^3 term when the products are given.
-        formed = 0 if products_given else chains
-        return formed * steps < (L * K + chains) * d - m * (candidates + d)
+        # chained: (L K + chains) T^2 d; explicit: chains T^3 + m (C + d) T^2 (both per direction).
+        return chains * steps < (L * K + chains) * d - m * (candidates + d)
 
-    def _chained(self, features, graphs, weights, products=None):
+    def _chained(self, features, graphs, weights):
         """``M H`` from every candidate applied to ``H`` (``[B, T, 2, mixtures, d]``, unscaled)."""
-        if products is None:
-            single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
-        else:
-            features = tf.cast(features, graphs.dtype)
-            single = tf.einsum("bzlkts,bsd->bzlktd", graphs, features)
-            chained = tf.concat([single[:, :, :1], tf.einsum("bzlkts,bsd->bzlktd", products,
-                                                               features)], axis=2)
+        single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
         candidates = [single, chained] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
@@ -244,9 +252,12 @@ class GraphMixture(keras.layers.Layer):
         candidates = [single, chained] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
-    def _explicit(self, features, graphs, weights, products=None):
+    def _explicit(self, features, graphs, weights):
         """``M H`` from the mixed graphs formed as ``T x T`` matrices (unscaled)."""
-        mixed = self._mix_graphs(graphs, weights, products)  # [B, 2, T, m, S]
+        return self._apply_mixed(self._mix_graphs(graphs, weights), features)
+
+    def _apply_mixed(self, mixed, features):
+        """``M H`` of the mixed graphs ``[B, 2, T, m, S]``: ``[B, T, 2, m, d]`` (unscaled)."""
         shape = tf.shape(mixed)
         # One [2 T m, S] @ [S, d] product per example (an einsum over the same axes is lowered to
         # several times slower transposes and small products on a CPU).
@@ -255,14 +266,13 @@ class GraphMixture(keras.layers.Layer):
                                or tf.shape(features)[-1]])
         return tf.transpose(out, [0, 2, 1, 3, 4])
 
-    def _mix_graphs(self, graphs, weights, products=None):
+    def _mix_graphs(self, graphs, weights):
         """The unscaled mixed graphs of the candidates' matrices, rows first:
-        ``[B, 2, T, mixtures, T]`` (the hierarchical products formed here unless given)."""
+        ``[B, 2, T, mixtures, T]``."""
         candidates = [graphs]
         if self.include_products:
-            if products is None:
-                products = ops.hierarchical_products(graphs)
-            candidates.append(tf.concat([graphs[:, :, :1], products], axis=2))
+            candidates.append(tf.concat([graphs[:, :, :1], ops.hierarchical_products(graphs)],
+                                        axis=2))
         return self._mix_candidates(candidates, weights)
 
     def _mix_candidates(self, candidates, weights):
@@ -296,15 +306,15 @@ class GraphMixture(keras.layers.Layer):
                 padding_mask = tf.ones(tf.shape(features)[:2], tf.bool)
             uniform = ops.uniform_graphs(padding_mask)[:, :, None]
             return uniform * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
-        products = None
-        if _is_top_k(graphs):
-            graphs = ops.densify_top_k(graphs[0], tf.cast(graphs[1], tf.float32),
-                                       tf.shape(features)[1])
-        elif isinstance(graphs, dict):
-            graphs, products = (tf.cast(x, tf.float32) for x in _products_form(graphs))
-        graphs = tf.cast(graphs, tf.float32)
-        mixed = tf.transpose(self._mix_graphs(graphs, self.mixture_weights(features), products),
-                             [0, 1, 3, 2, 4])  # [B, 2, m, T, T]
+        weights = self.mixture_weights(features)
+        if isinstance(graphs, dict):
+            mixed = self._mix_given(graphs, weights)
+        else:
+            if _is_top_k(graphs):
+                graphs = ops.densify_top_k(graphs[0], tf.cast(graphs[1], tf.float32),
+                                           tf.shape(features)[1])
+            mixed = self._mix_graphs(tf.cast(graphs, tf.float32), weights)
+        mixed = tf.transpose(mixed, [0, 1, 3, 2, 4])  # [B, 2, m, T, T]
         return mixed * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
 
     def compute_output_shape(self, features_shape, graphs_shape=None, padding_mask_shape=None):
@@ -321,20 +331,21 @@ class GraphMixture(keras.layers.Layer):
         return config
 
 
-def _products_form(graphs):
-    """``(graphs, products)`` of the form ``{"graphs": ..., "products": ...}``, checked."""
-    if set(graphs) != {"graphs", "products"}:
-        raise ValueError("Graphs given as a dict must be {'graphs': [batch, 2, L, K, T, T], "
-                         f"'products': [batch, 2, L - 1, K, T, T]}}; got keys {sorted(graphs)}.")
-    graphs, products = (tf.convert_to_tensor(graphs[key]) for key in ("graphs", "products"))
-    if graphs.shape.rank != 6 or products.shape.rank != 6 or (
-            None not in (graphs.shape[2], products.shape[2])
-            and products.shape[2] != graphs.shape[2] - 1):
+def _candidates_form(shapes, candidates=None):
+    """The shape of ``{"candidates": [batch, 2, T, C, T]}``, checked (``C`` against
+    ``candidates`` when given)."""
+    if set(shapes) != {"candidates"}:
+        raise ValueError("Graphs given as a dict must be {'candidates': [batch, 2, T, C, T]} "
+                         f"(GraphMixture.candidate_matrices); got keys {sorted(shapes)}.")
+    shape = tuple(shapes["candidates"])
+    if len(shape) != 5 or shape[1] not in (2, None) or (
+            candidates is not None and shape[3] not in (candidates, None)):
+        expected = "C" if candidates is None else str(candidates)
         raise ValueError(
-            "The products form takes graphs [batch, 2, L, K, T, T] and their hierarchical "
-            "products [batch, 2, L - 1, K, T, T] (glomo_tf.ops.hierarchical_products); got "
-            f"shapes {tuple(graphs.shape)} and {tuple(products.shape)}.")
-    return graphs, products
+            f"Candidate matrices must be [batch, 2, T, {expected}, T] (GraphMixture."
+            "candidate_matrices with this mixture's include_products, from the same predictor); "
+            f"got shape {shape}.")
+    return shape
 
 
 def _is_top_k(graphs):
