@@ -261,6 +261,7 @@ def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
     added, ratio = result["added_ms_per_step"], result["ratio_added_over_mha_added"]
     spread = result["ratio_added_over_mha_added_range"]
     for mode, label in (("glomo", "online"), ("glomo_cached", "cached"),
+                        ("glomo_cached_candidates", "cached candidates"),
                         ("glomo_cached_topk", "cached top-8")):
         row = (f"{label} +{added[mode]:.1f} ms, {ratio[mode]:.1f}x (rounds "
                f"{spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)")
@@ -277,7 +278,9 @@ def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
     ratio, spread = large["ratio_added_over_mha_added"], large["ratio_added_over_mha_added_range"]
     row = (f"online {ratio['glomo']:.1f}x (rounds {spread['glomo'][0]:.1f}-"
            f"{spread['glomo'][1]:.1f}x), cached {ratio['glomo_cached']:.1f}x (rounds "
-           f"{spread['glomo_cached'][0]:.1f}-{spread['glomo_cached'][1]:.1f}x)")
+           f"{spread['glomo_cached'][0]:.1f}-{spread['glomo_cached'][1]:.1f}x), cached candidates "
+           f"{ratio['glomo_cached_candidates']:.1f}x (rounds "
+           f"{spread['glomo_cached_candidates'][0]:.1f}-{spread['glomo_cached_candidates'][1]:.1f}x)")
     assert row in readme, row
     with open(os.path.join(outputs, "sparse_mixture.json"), encoding="utf-8") as handle:
         sweep = json.load(handle)
