@@ -173,6 +173,16 @@ STATUS_JSON = {"model_version_status": [{"version": "4", "state": "AVAILABLE", "
     "error_code": "OK", "error_message": ""}}]}
 
 
+def answer_json(handler, status, doc):
+    """Answer a stub's request with ``doc`` as JSON."""
+    body = json.dumps(doc).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 @pytest.fixture
 def stub_rest():
     """A REST stub: answers 503 to the first ``fail`` requests, or blocks while ``hold`` is set."""
@@ -188,12 +198,7 @@ def stub_rest():
                 state["release"].wait(60)
             status, doc = ((503, {"error": "warming up"}) if state["hits"] <= state["fail"]
                            else (200, STATUS_JSON))
-            body = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            answer_json(self, status, doc)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
@@ -245,12 +250,7 @@ def test_rest_connections_are_kept_alive_with_nagles_algorithm_off():
 
         def do_GET(self):
             peers.append(self.client_address)
-            body = json.dumps(STATUS_JSON).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            answer_json(self, 200, STATUS_JSON)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
