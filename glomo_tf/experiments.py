@@ -41,8 +41,8 @@ class TransferConfig:
     ``shared_private`` can run (the tokenizer is then built from each split's training texts).
 
     ``graph_cache`` (default False): the GLoMo variants (frozen predictor) read the predictor's
-    graphs computed once per sentence (:mod:`glomo_tf.data.graph_cache`) instead of running it
-    on every batch of every epoch. Outputs and gradients agree with the online path to float
+    graphs computed once per sentence (:mod:`glomo_tf.data.graph_cache`; dense graphs as the
+    candidate matrices their mixtures read) instead of running it on every batch of every epoch. Outputs and gradients agree with the online path to float
     round-off (about 1e-7: the graphs come from batches of other shapes), not bit for bit, and a
     trained run amplifies round-off like any change of batch shapes: off by default so that
     results stay comparable with earlier runs. ``top_k``: None (dense
@@ -233,15 +233,18 @@ def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learni
                                          patience=patience, restore_best_weights=True)
     inference_batch = 2 * batch_size
     predictor, top_k = graphs["predictor"], graphs["top_k"]
+    candidates = top_k is None
     validation_data = graph_cache.with_graphs(
-        length_sorted_batches(*validation, inference_batch)[0], predictor, top_k)
+        length_sorted_batches(*validation, inference_batch)[0], predictor, top_k,
+        candidates=candidates)
     history = fed.fit(graph_cache.cached_training_batches(*train, batch_size, seed,
                                                           graphs["cache"]),
                       validation_data=validation_data, epochs=epochs, shuffle=False,
                       callbacks=[stop], verbose=verbose)
     test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
                                              inference_batch)
-    test_data = graph_cache.with_graphs(test_data, predictor, top_k, cache=None)
+    test_data = graph_cache.with_graphs(test_data, predictor, top_k, cache=None,
+                                        candidates=candidates)
     probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
     probabilities[order] = fed.predict(test_data, verbose=0)
     accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
@@ -319,9 +322,12 @@ def run_transfer(config, record=None):
         from glomo_tf.data.graph_cache import compute_graphs
 
         start = time.perf_counter()
-        cache = compute_graphs(predictor, fixed_ids, config.top_k)
+        # Dense caches hold the candidate matrices the mixtures read (no products per step).
+        cache = compute_graphs(predictor, fixed_ids, config.top_k,
+                               candidates=config.top_k is None)
         print(f"Graph cache: {len(cache)} sentences, {cache.nbytes / 2 ** 20:.1f} MiB "
-              f"({'dense' if cache.k is None else f'top-{cache.k}'}, exact: {cache.exact}), "
+              f"({'candidate matrices' if cache.k is None else f'top-{cache.k}'}, exact: "
+              f"{cache.exact}), "
               f"{time.perf_counter() - start:.1f}s")
     split_description = describe_split(config, official)
     print(f"{config.dataset}: {len(texts)} examples, classes {class_names}; variants "
