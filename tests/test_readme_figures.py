@@ -294,7 +294,8 @@ def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
 
 # ----------------------------------------------------------------------------- entmax15 transfer
 
-ENTMAX_TRANSFER = [("MR", "mr_entmax15_results.json"), ("SST-2", "sst2_entmax15_results.json")]
+ENTMAX_TRANSFER = [("MR", "mr_entmax15_results.json"), ("SUBJ", "subj_entmax15_results.json"),
+                   ("SST-2", "sst2_entmax15_results.json")]
 
 
 def entmax_transfer_row(task, file):
@@ -343,6 +344,18 @@ def test_entmax15_transfer_and_graph_sources_come_from_their_json(readme):
     for task, file in ENTMAX_TRANSFER:
         row = entmax_transfer_row(task, file)
         assert row in readme, f"README lacks: {row}"
+    # The prose under the table: learned - uniform, and the baseline comparisons it quotes.
+    learned = [load(file)["summary"]["paired_with_uniform"][name]
+               for _, file in ENTMAX_TRANSFER for name in ("glomo_embeddings", "glomo_rnn")]
+    assert all(p["p"] >= 0.05 for p in learned)
+    assert sum(p["mean_difference"] < 0 for p in learned) == 5
+    assert "level\nwith the uniform graph on all three tasks" in readme
+    assert "five of the six are\nnegative" in readme
+    mr = load("mr_entmax15_results.json")["summary"]["paired"]["glomo_embeddings"]
+    sst2 = load("sst2_entmax15_results.json")["summary"]["paired"]["uniform"]
+    assert (f"GLoMo on the\nembeddings is {-100 * mr['mean_difference']:.2f} points below it, "
+            f"p {mr['p']:.2f}; SST-2: the uniform graph {100 * sst2['mean_difference']:+.2f}, "
+            f"p {sst2['p']:.2f};") in readme
     for task, name in (("MR", "mr"), ("SUBJ", "subj"), ("SST-2", "sst2")):
         row = graph_sources_row(task, name)
         assert row in readme, f"README lacks: {row}"
