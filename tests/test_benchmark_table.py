@@ -116,14 +116,15 @@ def ordered_memory_rows():
     return rows
 
 
-def top_k_accuracy_row():
-    r = load("top_k_accuracy_mr")
+def top_k_accuracy_row(task="mr", label="MR"):
+    name = f"top_k_accuracy_{task}"
+    r = load(name)
     diffs = r["top8_minus_dense_points"]
-    figures = (f"MR, glomo_embeddings, {len(diffs)} seeds: top-8 minus dense "
+    figures = (f"{label}, glomo_embeddings, {len(diffs)} seeds: top-8 minus dense "
                f"{r['mean_top8_minus_dense_points']:+.2f} points (per seed "
                + ", ".join(f"{d:+.2f}" for d in diffs)
                + f"); top-8 keeps {r['graph_mass_kept_by_top8']:.0%} of the graph mass")
-    return (f"| `glomo transfer --top-k` | `top_k_accuracy_mr.json` | {figures} | {when(r)} | "
+    return (f"| `glomo transfer --top-k` | `{name}.json` | {figures} | {when(r)} | "
             f"`{r['commands']['top8']}` |")
 
 
@@ -160,7 +161,7 @@ def all_rows():
         "transfer_overhead_cache_topk_large")] + [
         sparse_mixture_row(), serving_latency_row(), serving_latency_row("serving_latency_large"),
         *serving_soak_rows(),
-        *ordered_memory_rows(), top_k_accuracy_row(),
+        *ordered_memory_rows(), top_k_accuracy_row(), top_k_accuracy_row("sst2", "SST-2"),
         *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row()]
 
 
