@@ -25,7 +25,7 @@ A dense cache may also hold each sentence's candidate matrices as the mixture re
 (``candidates=True``: :meth:`glomo_tf.GraphMixture.candidate_matrices`, the graphs and their
 hierarchical products laid out rows first, ``[2, n, C, n]``), so a step only mixes them: no
 products, stacking or transposes of the graphs every step. They take twice the graphs' memory
-(with the products); its batches carry ``{"candidates": [b, 2, T, C, T]}``.
+(with the products; the graphs themselves are among them); its batches carry ``{"candidates": [b, 2, T, C, T]}``.
 
 A dense cache (the default) gives the online path's outputs and gradients up to float round-off,
 and so does a top-k cache whose ``k`` covers every row's sources (``cache.exact``). A fine-tuned
@@ -64,7 +64,8 @@ class GraphCache:
     with weight any row has: a top-k cache is exact when ``support <= k``; a dense one always is.
     ``candidates`` (dense caches made with ``candidates=True``, else None): each sentence's
     candidate matrices ``[2, n, C, n]`` (:meth:`glomo_tf.GraphMixture.candidate_matrices`),
-    concatenated, ``num_candidates`` (``C``) per unit.
+    concatenated, ``num_candidates`` (``C``) per unit; the graphs are the first ``L K`` of them,
+    so such a cache keeps ``weights`` empty and :meth:`sentence` reads them there.
     """
 
     weights: np.ndarray
@@ -117,6 +118,11 @@ class GraphCache:
     def sentence(self, i):
         """Sentence ``i``'s graphs: dense ``[2, L, K, n, n]``, or the top-k pair
         ``(indices, weights)``, ``[2, L, K, n, k]`` each."""
+        if self.candidates is not None:  # the first L K candidates, rows first
+            two, layers, heads = self.shape
+            heads_first = self.sentence_candidates(i)[:, :, :layers * heads]  # [2, n, L K, n]
+            n = heads_first.shape[1]
+            return heads_first.reshape(two, n, layers, heads, n).transpose(0, 2, 3, 1, 4)
         part = slice(self.offsets[i], self.offsets[i + 1])
         weights = self.weights[part].reshape(self._sentence_shape(i))
         if self.k is None:
@@ -177,6 +183,7 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
             formed = form_candidates(graphs).numpy()  # [b, 2, w, C, w]
             for row, i in enumerate(chosen):
                 candidates_of[i] = formed[row, :, :lengths[i], :, :lengths[i]].ravel()
+            continue  # the graphs are the first L K candidates: not stored twice
         if top_k is None:
             weights = graphs.numpy()
         else:
@@ -189,13 +196,15 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
                 weights_of[i] = weights[row, :, :, :, :n].ravel()
                 indices_of[i] = indices[row, :, :, :, :n].ravel()
     shape = tuple(int(x) for x in graphs.shape[1:4]) if len(order) else (2, 0, 0)
-    sizes = np.array([len(w) for w in weights_of], "int64")
+    sizes = np.array([0 if w is None else len(w) for w in weights_of], "int64")
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype("int64")
     indices = None
     if top_k is not None:
         index_type = "int16" if token_ids.shape[1] < 2 ** 15 else "int32"
         indices = np.concatenate(indices_of).astype(index_type)
-    return GraphCache(np.concatenate(weights_of).astype("float32"), indices, offsets,
+    weights = (np.zeros([0], "float32") if candidates
+               else np.concatenate(weights_of).astype("float32"))
+    return GraphCache(weights, indices, offsets,
                       lengths.astype("int64"), shape, None if top_k is None else int(top_k),
                       support,
                       np.concatenate(candidates_of).astype("float32") if candidates else None,
