@@ -42,11 +42,11 @@ class TransferConfig:
 
     ``graph_cache`` (default False): the GLoMo variants (frozen predictor) read the predictor's
     graphs computed once per sentence (:mod:`glomo_tf.data.graph_cache`; dense graphs as the
-    candidate matrices their mixtures read) instead of running it on every batch of every epoch. Outputs and gradients agree with the online path to float
-    round-off (about 1e-7: the graphs come from batches of other shapes), not bit for bit, and a
-    trained run amplifies round-off like any change of batch shapes: off by default so that
-    results stay comparable with earlier runs. ``top_k``: None (dense
-    graphs) or the sources kept per receiving unit (:func:`glomo_tf.ops.top_k_sources`), in the
+    candidate matrices their mixtures read) instead of running it on every batch of every
+    epoch. Outputs and gradients agree with the online path to float round-off (about 1e-7: the
+    graphs come from batches of other shapes), not bit for bit, and a trained run amplifies
+    round-off like any change of batch shapes: off by default so that results stay comparable
+    with earlier runs. ``top_k``: None (dense graphs) or the sources kept per receiving unit (:func:`glomo_tf.ops.top_k_sources`), in the
     cache and in the GLoMo layers alike.
 
     ``resume`` (default False): ``output_dir`` may already hold a ``results.json`` of the same

@@ -25,7 +25,8 @@ A dense cache may also hold each sentence's candidate matrices as the mixture re
 (``candidates=True``: :meth:`glomo_tf.GraphMixture.candidate_matrices`, the graphs and their
 hierarchical products laid out rows first, ``[2, n, C, n]``), so a step only mixes them: no
 products, stacking or transposes of the graphs every step. They take twice the graphs' memory
-(with the products; the graphs themselves are among them); its batches carry ``{"candidates": [b, 2, T, C, T]}``.
+(with the products; the graphs themselves are among them); its batches carry
+``{"candidates": [b, 2, T, C, T]}``.
 
 A dense cache (the default) gives the online path's outputs and gradients up to float round-off,
 and so does a top-k cache whose ``k`` covers every row's sources (``cache.exact``). A fine-tuned
@@ -50,6 +51,7 @@ True
 
 import contextlib
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -90,6 +92,7 @@ class GraphCache:
         return int(self.weights.nbytes + (0 if self.indices is None else self.indices.nbytes)
                    + (0 if self.candidates is None else self.candidates.nbytes))
 
+    @functools.cached_property
     def _candidate_offsets(self):
         """Where each sentence's candidates start: ``2 n C n`` values for ``2 L K n n``."""
         return np.concatenate([[0], np.cumsum(2 * self.num_candidates * self.lengths ** 2)])
@@ -102,7 +105,7 @@ class GraphCache:
         sizes = np.diff(self.offsets)[rows]
         candidates = None
         if self.candidates is not None:
-            starts = self._candidate_offsets()
+            starts = self._candidate_offsets
             parts = [np.arange(starts[i], starts[i + 1]) for i in rows]
             candidates = self.candidates[np.concatenate(parts) if parts else
                                          np.zeros([0], "int64")]
@@ -135,7 +138,7 @@ class GraphCache:
         if self.candidates is None:
             raise ValueError("This graph cache holds no candidate matrices: compute it with "
                              "compute_graphs(..., candidates=True).")
-        starts = self._candidate_offsets()
+        starts = self._candidate_offsets
         n = int(self.lengths[i])
         return self.candidates[starts[i]:starts[i + 1]].reshape(2, n, self.num_candidates, n)
 
@@ -243,7 +246,7 @@ def _elements(cache):
     weights = tf.RaggedTensor.from_row_lengths(cache.weights, sizes)
     if cache.candidates is not None:
         return (tf.RaggedTensor.from_row_lengths(cache.candidates,
-                                                 np.diff(cache._candidate_offsets())),)
+                                                 np.diff(cache._candidate_offsets)),)
     if cache.k is None:
         return (weights,)
     return tf.RaggedTensor.from_row_lengths(cache.indices, sizes), weights
@@ -306,9 +309,10 @@ def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,
     """A ``tf.data`` stage: batched ``(ids, labels)`` -> ``((ids, graphs...), labels)``, the
     predictor's graphs of each batch in inference mode (dense, with ``candidates`` the dict
     ``{"candidates": ...}`` of :meth:`glomo_tf.GraphMixture.candidate_matrices`, or with
-    ``top_k`` the pair ``indices, weights``), then ``Dataset.cache(cache)`` (``""``: in memory; a path: files
-    there), so the predictor runs on the first pass only. For datasets whose batches come in the
-    same order every pass (validation, test); ``cache=None`` leaves the caching out."""
+    ``top_k`` the pair ``indices, weights``), then ``Dataset.cache(cache)`` (``""``: in memory;
+    a path: files there), so the predictor runs on the first pass only. For datasets whose
+    batches come in the same order every pass (validation, test); ``cache=None`` leaves the
+    caching out."""
     import tensorflow as tf
 
     from glomo_tf import ops

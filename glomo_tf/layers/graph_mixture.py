@@ -161,10 +161,7 @@ class GraphMixture(keras.layers.Layer):
         """The unscaled mixed graphs ``[B, 2, T, mixtures, T]`` of given candidate matrices."""
         candidates = tf.convert_to_tensor(graphs["candidates"])
         _candidates_form({"candidates": candidates.shape}, self._candidates)
-        candidates = tf.cast(candidates, weights.dtype)
-        if not self.conditioned:
-            return tf.matmul(weights[None, :, None], candidates)
-        return tf.matmul(tf.transpose(weights, [0, 2, 1, 3, 4]), candidates)
+        return self._mix_rows_first(tf.cast(candidates, weights.dtype), weights)
 
     @staticmethod
     def candidate_matrices(graphs, include_products=True):
@@ -172,14 +169,7 @@ class GraphMixture(keras.layers.Layer):
         ``[B, 2, T, C, T]``, the heads of every layer then (``include_products``) the hierarchical
         products ``Lambda^1..Lambda^L`` (:func:`glomo_tf.ops.hierarchical_products`), in the
         order of the mixture weights' ``C`` axis."""
-        graphs = tf.convert_to_tensor(graphs)
-        groups = [graphs]
-        if include_products:
-            groups.append(tf.concat([graphs[:, :, :1], ops.hierarchical_products(graphs)],
-                                    axis=2))
-        shape = tf.shape(graphs)
-        stacked = tf.reshape(tf.stack(groups, axis=2), [shape[0], 2, -1, shape[4], shape[5]])
-        return tf.transpose(stacked, [0, 1, 3, 2, 4])
+        return _rows_first(_candidate_groups(tf.convert_to_tensor(graphs), include_products))
 
     def _from_top_k(self, features, graphs, weights):
         """``M H`` (unscaled) of the top-k form: by gather, or as the dense graphs it holds
@@ -269,11 +259,7 @@ class GraphMixture(keras.layers.Layer):
     def _mix_graphs(self, graphs, weights):
         """The unscaled mixed graphs of the candidates' matrices, rows first:
         ``[B, 2, T, mixtures, T]``."""
-        candidates = [graphs]
-        if self.include_products:
-            candidates.append(tf.concat([graphs[:, :, :1], ops.hierarchical_products(graphs)],
-                                        axis=2))
-        return self._mix_candidates(candidates, weights)
+        return self._mix_candidates(_candidate_groups(graphs, self.include_products), weights)
 
     def _mix_candidates(self, candidates, weights):
         """Mixes groups of candidates ``[B, 2, L, K, T, X]`` (singles first) with ``weights``:
@@ -284,10 +270,10 @@ class GraphMixture(keras.layers.Layer):
         ``einsum("btzmc,bzctx->btzmx")``, which TensorFlow lowers to about twice the time on a
         CPU (forward and backward, ``GraphMixture`` at the MR sizes).
         """
-        shape = tf.shape(candidates[0])
-        stacked = tf.stack(candidates, axis=2)  # [B, 2, G, L, K, T, X]
-        stacked = tf.reshape(stacked, [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, X]
-        stacked = tf.transpose(stacked, [0, 1, 3, 2, 4])  # [B, 2, T, C, X]
+        return self._mix_rows_first(_rows_first(candidates), weights)
+
+    def _mix_rows_first(self, stacked, weights):
+        """Candidates laid out ``[B, 2, T, C, X]`` mixed with ``weights``: ``[B, 2, T, m, X]``."""
         if self.conditioned:
             weights = tf.transpose(weights, [0, 2, 1, 3, 4])  # [B, 2, T, m, C]
         else:
@@ -329,6 +315,24 @@ class GraphMixture(keras.layers.Layer):
                        "include_products": self.include_products, "graph_mode": self.graph_mode,
                        "propagation": self.propagation})
         return config
+
+
+def _candidate_groups(graphs, include_products):
+    """The candidate matrices of dense ``graphs`` in groups ``[B, 2, L, K, T, T]``: the heads,
+    then (``include_products``) the hierarchical products ``Lambda^1..Lambda^L``."""
+    groups = [graphs]
+    if include_products:
+        groups.append(tf.concat([graphs[:, :, :1], ops.hierarchical_products(graphs)], axis=2))
+    return groups
+
+
+def _rows_first(groups):
+    """Groups of candidates ``[B, 2, L, K, T, X]`` laid out ``[B, 2, T, C, X]`` (groups first,
+    then layers, then heads along ``C``): the layout the mixture weights multiply."""
+    shape = tf.shape(groups[0])
+    stacked = tf.stack(groups, axis=2)  # [B, 2, G, L, K, T, X]
+    stacked = tf.reshape(stacked, [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, X]
+    return tf.transpose(stacked, [0, 1, 3, 2, 4])
 
 
 def _candidates_form(shapes, candidates=None):

@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from glomo_tf.serving.errors import ServingError, invalid
+from glomo_tf.serving.limits import RequestLimits
 
 try:  # the `serve` extra installs orjson: numeric arrays written and read in C, not per element
     import orjson
@@ -33,7 +34,6 @@ FAST_JSON = orjson is not None
 FAST_JSON_KINDS = frozenset((np.dtype(t) for t in (
     np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.bool_)))
-from glomo_tf.serving.limits import RequestLimits
 
 DEFAULT_LIMITS = RequestLimits()
 
