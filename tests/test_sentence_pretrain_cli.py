@@ -5,6 +5,7 @@ the run read back by glomo probe."""
 import json
 import os
 import random
+import shutil
 
 import keras
 import numpy as np
@@ -81,6 +82,19 @@ def test_changed_settings_are_refused_on_resume(tmp_path, capsys):
     assert pretrain(corpus, run_dir, "--epochs", "2", "--objectives", "qt") == 2
     err = capsys.readouterr().err
     assert "objectives" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_copied_run_directory_resumes(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    assert pretrain(corpus, tmp_path / "run", "--epochs", "1") == 0
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    capsys.readouterr()
+    assert pretrain(corpus, tmp_path / "copy", "--epochs", "2") == 0
+    out = capsys.readouterr().out
+    assert "Resuming from" in out
+    assert json.load(open(tmp_path / "copy" / "metrics.json"))["steps"] == 10
+    assert json.load(open(tmp_path / "copy" / "config.json"))["output_dir"] == str(
+        tmp_path / "copy")
 
 
 @pytest.mark.parametrize("extra, message", [
