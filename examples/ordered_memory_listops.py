@@ -48,8 +48,18 @@ from glomo_tf.trees import bracket_f1, induce_trees
 MODELS = ("ordered_memory", "lstm")
 
 
+def make_optimizer(name, learning_rate):
+    """``adam``: Adam with each gradient clipped to norm 1; ``released``: the authors' released
+    code's Adam (no momentum, ``beta_1 = 0``; epsilon 1e-9; the global gradient norm clipped to
+    1)."""
+    if name == "released":
+        return keras.optimizers.Adam(learning_rate, beta_1=0.0, epsilon=1e-9,
+                                     global_clipnorm=1.0)
+    return keras.optimizers.Adam(learning_rate, clipnorm=1.0)
+
+
 def build_model(name, units, slots, dropout, learning_rate, jit_compile,
-                attention="stick_breaking"):
+                attention="stick_breaking", scorer="tanh", optimizer="adam"):
     """``(model, attention_model)``: the classifier and, for Ordered Memory, a model from the
     same inputs to ``p_t`` (None for the LSTM)."""
     ids = keras.Input((None,), dtype="int32", name="ids")
@@ -59,7 +69,7 @@ def build_model(name, units, slots, dropout, learning_rate, jit_compile,
         encoded, probs = OrderedMemory(units, num_slots=slots, input_dropout=dropout,
                                            hidden_dropout=dropout, attention_dropout=dropout,
                                            output_dropout=dropout, return_attention=True,
-                                           attention=attention,
+                                           attention=attention, scorer=scorer,
                                            name="ordered_memory")(embedded)
     else:
         encoded = keras.layers.LSTM(units, name="lstm")(keras.layers.Dropout(dropout)(embedded))
@@ -67,7 +77,7 @@ def build_model(name, units, slots, dropout, learning_rate, jit_compile,
     hidden = keras.layers.Dense(units, activation="relu")(encoded)
     logits = keras.layers.Dense(10)(keras.layers.Dropout(dropout)(hidden))
     model = keras.Model(ids, logits, name=name)
-    model.compile(keras.optimizers.Adam(learning_rate, clipnorm=1.0),
+    model.compile(make_optimizer(optimizer, learning_rate),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=jit_compile)
     attention_model = None if probs is None else keras.Model(ids, probs)
@@ -119,6 +129,15 @@ def parse_args(argv):
                         default="stick_breaking",
                         help="Ordered Memory's attention normalisation (the thesis' stick-breaking "
                              "or the released code's masked softmax)")
+    parser.add_argument("--scorer", choices=("tanh", "layer_norm"), default="tanh",
+                        help="Ordered Memory's attention scores (Eq. 4.8, or the released "
+                             "code's layer-normed query and key)")
+    parser.add_argument("--optimizer", choices=("adam", "released"), default="adam",
+                        help="adam: Adam, each gradient clipped to norm 1; released: the "
+                             "released code's Adam (beta_1 0, epsilon 1e-9, global norm 1)")
+    parser.add_argument("--halve-after", type=int, default=0,
+                        help="halve the learning rate after this many epochs without a better "
+                             "validation accuracy, as the released code does with 2 (0: never)")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=2e-3)
@@ -183,12 +202,15 @@ def main(argv=None):
         keras.utils.set_random_seed(args.seed)
         model, attention_model = build_model(name, args.units, args.slots, args.dropout,
                                              args.learning_rate, args.jit_compile,
-                                             args.attention)
+                                             args.attention, args.scorer, args.optimizer)
         os.makedirs(args.checkpoint_dir, exist_ok=True)
         checkpoint = os.path.join(args.checkpoint_dir, f"{name}.weights.h5")
         callbacks = [keras.callbacks.ModelCheckpoint(checkpoint, monitor="val_accuracy",
                                                      save_best_only=True,
                                                      save_weights_only=True)]
+        if args.halve_after:
+            callbacks.append(keras.callbacks.ReduceLROnPlateau(
+                "val_accuracy", factor=0.5, patience=args.halve_after, mode="max"))
         start = time.perf_counter()
         history = model.fit(LengthBatches(x_train, y_train, args.batch_size, args.seed),
                             epochs=args.epochs, callbacks=callbacks, verbose=args.verbose,

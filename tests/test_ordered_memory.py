@@ -40,6 +40,13 @@ def np_weights(layer):
                              axis=0),
         "c1": w(layer.cell_candidate.bias),
         "C2": w(layer.cell_output.kernel), "c2": w(layer.cell_output.bias),
+        **({} if layer.scorer == "tanh" else {  # the released code's scorer
+            "Wk": w(layer.attention_memory.kernel), "bk": w(layer.attention_memory.bias),
+            "Wq": w(layer.attention_query.kernel), "bq": w(layer.attention_query.bias),
+            "norm_k": (w(layer.attention_memory_norm.gamma),
+                       w(layer.attention_memory_norm.beta)),
+            "norm_q": (w(layer.attention_query_norm.gamma),
+                       w(layer.attention_query_norm.beta))}),
     }
 
 
@@ -50,9 +57,17 @@ def np_ordered_memory(layer, x, n_slots=None):
     Dm = layer.units
     Ns = n_slots or layer.num_slots
 
-    def ln(v):
+    def ln(v, gamma_beta=None):
+        gamma, beta = gamma_beta or (P["gamma"], P["beta"])
         mu, var = v.mean(), v.var()
-        return (v - mu) / np.sqrt(var + P["eps"]) * P["gamma"] + P["beta"]
+        return (v - mu) / np.sqrt(var + P["eps"]) * gamma + beta
+
+    def score(m_hat, xt):
+        if layer.scorer == "tanh":  # Eq. 4.8
+            return P["a2"] @ np.tanh(P["A1"].T @ np.concatenate([m_hat, xt]) + P["a1"]) + P["a2b"]
+        query = ln(P["Wq"].T @ xt + P["bq"], P["norm_q"])
+        key = ln(P["Wk"].T @ m_hat + P["bk"], P["norm_k"])
+        return P["a2"] @ np.maximum(query + key, 0) / np.sqrt(Dm)
 
     def cell(cand, mem):  # Eqs. 4.12-4.13
         z = P["C2"].T @ np.maximum(P["C1"].T @ np.concatenate([cand, mem]) + P["c1"], 0) + P["c2"]
@@ -66,11 +81,12 @@ def np_ordered_memory(layer, x, n_slots=None):
     outs, ps = [], []
     for x_t in x:
         xt = ln(P["W"].T @ x_t + P["b"])  # Eq. 4.1
-        alpha = np.array([P["a2"] @ np.tanh(P["A1"].T @ np.concatenate([M_hat[i], xt]) + P["a1"])
-                          + P["a2b"] for i in range(1, Ns + 1)])  # Eq. 4.8
-        admissible = [i for i in range(1, Ns + 1) if pi[i + 1] > 0]
+        alpha = np.array([score(M_hat[i], xt) for i in range(1, Ns + 1)])
+        # The released code counts pi^{i+1} < 1e-5 as an empty slot.
+        allowed = pi * (pi >= 1e-5) if layer.attention == "softmax" else pi
+        admissible = [i for i in range(1, Ns + 1) if allowed[i + 1] > 0]
         beta = np.exp(alpha - max(alpha[i - 1] for i in admissible))  # Eq. 4.9
-        beta_hat = [None] + [min(beta[i - 1], 1.0) * pi[i + 1] for i in range(1, Ns + 1)]
+        beta_hat = [None] + [min(beta[i - 1], 1.0) * allowed[i + 1] for i in range(1, Ns + 1)]
         p = np.zeros(Ns + 1)
         if layer.attention == "softmax":  # the released code: normalised beta_hat
             p[1:] = np.array(beta_hat[1:]) / sum(beta_hat[1:])
@@ -111,9 +127,10 @@ def built_layer(seed=1, **kwargs):
     return layer
 
 
-@pytest.mark.parametrize("attention", ["stick_breaking", "softmax"])
-def test_recurrence_matches_numpy_algorithm_1(attention):
-    layer = built_layer(attention=attention)
+@pytest.mark.parametrize("attention, scorer", [("stick_breaking", "tanh"), ("softmax", "tanh"),
+                                               ("softmax", "layer_norm")])
+def test_recurrence_matches_numpy_algorithm_1(attention, scorer):
+    layer = built_layer(attention=attention, scorer=scorer)
     x, mask = make_inputs()
     outputs, probs = (v.numpy() for v in layer(x, mask=mask))
     last = OrderedMemory.from_config({**layer.get_config(), "return_sequences": False,
@@ -238,6 +255,7 @@ def test_dropout_only_in_training():
     ({"units": 4, "num_slots": 3, "hidden_dropout": 1.0}, "hidden_dropout"),
     ({"units": 4, "num_slots": 3, "dynamic_threshold": 0.0}, "dynamic_threshold"),
     ({"units": 4, "num_slots": 3, "attention": "sparsemax"}, "attention must be"),
+    ({"units": 4, "num_slots": 3, "scorer": "dot"}, "scorer must be"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -276,7 +294,7 @@ def _mask_check():
 @pytest.mark.parametrize("options", [
     {"return_attention": True},
     {"return_sequences": True, "hidden_dropout": 0.1, "dynamic_threshold": 1e-5,
-     "attention": "softmax"},
+     "attention": "softmax", "scorer": "layer_norm"},
 ])
 def test_layer_harness(tmp_path, options):
     x, mask = harness_inputs()

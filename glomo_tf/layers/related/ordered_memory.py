@@ -36,7 +36,14 @@ def masked_softmax_over_slots(scores, admissible):
     return weights / tf.reduce_sum(weights, axis=-1, keepdims=True)
 
 
+def released_admissible(admissible):
+    """The released code's mask: ``pi_{t-1}^{i+1}`` below ``1e-5`` counts as an empty slot."""
+    return tf.where(admissible < 1e-5, tf.zeros_like(admissible), admissible)
+
+
 ATTENTIONS = {"stick_breaking": stick_breaking, "softmax": masked_softmax_over_slots}
+# Eq. 4.8's scores (``tanh``), or the released code's (``layer_norm``).
+SCORERS = ("tanh", "layer_norm")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -87,8 +94,12 @@ class OrderedMemory(keras.layers.Layer):
         return_attention: bool, also return the attention distributions ``p_t`` ``[B, T, N]``
             (float32; zero rows at padded steps), the input of :func:`glomo_tf.trees.induce_trees`.
         attention: ``"stick_breaking"`` (the thesis, Eqs. 4.9-4.11) or ``"softmax"`` (the
-            authors' released code: the same scores, masked by ``pi_{t-1}^{i+1}`` and normalised,
-            :func:`masked_softmax_over_slots`).
+            authors' released code: the scores masked by ``pi_{t-1}^{i+1}``, where values below
+            ``1e-5`` count as empty slots, and normalised, :func:`masked_softmax_over_slots`).
+        scorer: ``"tanh"`` (Eq. 4.8) or ``"layer_norm"``, the authors' released code:
+            ``alpha^i = w . ReLU(LN_q(W_q x~_t + b_q) + LN_k(W_k M^_{t-1}^i + b_k)) / sqrt(D)``,
+            with two layer norms of their own: the scores start small and alike over the slots,
+            and the key's layer norm makes them independent of the slots' norms.
         dynamic_threshold: optional float, Appendix A.3's dynamic computation: at inference
             (``training`` false), the cell of slot ``i`` is skipped at a step where
             ``pi_t^i < dynamic_threshold`` for every sequence of the batch (then
@@ -128,7 +139,7 @@ class OrderedMemory(keras.layers.Layer):
     def __init__(self, units, num_slots, input_dropout=0.0, hidden_dropout=0.0,
                  attention_dropout=0.0, output_dropout=0.0, return_sequences=False,
                  return_attention=False, attention="stick_breaking", dynamic_threshold=None,
-                 **kwargs):
+                 scorer="tanh", **kwargs):
         super().__init__(**kwargs)
         if int(units) < 1 or int(num_slots) < 1:
             raise ValueError(f"units and num_slots must be positive integers, got {units} and "
@@ -140,6 +151,8 @@ class OrderedMemory(keras.layers.Layer):
                 raise ValueError(f"{name} must be in [0, 1), got {rate}.")
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {attention!r}.")
+        if scorer not in SCORERS:
+            raise ValueError(f"scorer must be one of {SCORERS}, got {scorer!r}.")
         if dynamic_threshold is not None and not 0.0 < float(dynamic_threshold) < 1.0:
             raise ValueError("dynamic_threshold must be None or in (0, 1) (the paper uses 1e-5), "
                              f"got {dynamic_threshold}.")
@@ -152,6 +165,7 @@ class OrderedMemory(keras.layers.Layer):
         self.return_sequences = bool(return_sequences)
         self.return_attention = bool(return_attention)
         self.attention = attention
+        self.scorer = scorer
         self.dynamic_threshold = None if dynamic_threshold is None else float(dynamic_threshold)
         self.supports_masking = True
         self.seed_generator = keras.random.SeedGenerator(seed=None)
@@ -171,9 +185,17 @@ class OrderedMemory(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy,
                                                           name="layer_norm")
         self.layer_norm.build((None, D))
-        # Eq. 4.8: W1 = [W1_memory, W1_query], b1 with the memory half.
+        # Eq. 4.8: W1 = [W1_memory, W1_query], b1 with the memory half. The released code's
+        # scorer: W_k, b_k (memory) and W_q, b_q (query), each with a layer norm.
+        released = self.scorer == "layer_norm"
         self.attention_memory = dense("attention_memory", D, D)
-        self.attention_query = dense("attention_query", D, D, use_bias=False)
+        self.attention_query = dense("attention_query", D, D, use_bias=released)
+        if released:
+            self.attention_memory_norm, self.attention_query_norm = (
+                keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name=name)
+                for name in ("attention_memory_norm", "attention_query_norm"))
+            self.attention_memory_norm.build((None, D))
+            self.attention_query_norm.build((None, D))
         # w2 (Eq. 4.9 subtracts the maximum, which cancels b2: no bias).
         self.attention_score = dense("attention_score", 1, D, use_bias=False)
         # Eq. 4.12: W1 = [W1_candidate, W1_memory] (b1 with the candidate half), W2, b2.
@@ -208,12 +230,20 @@ class OrderedMemory(keras.layers.Layer):
         """One time step of Algorithm 1: ``(M, M^, pi)`` -> new state, output and ``p_t``."""
         memory, candidates, cum_prob = state  # [B, N, D], [B, N, D], [B, N] (float32)
         attention_mask, hidden_masks = masks
-        # Eq. 4.8 over every slot at once.
-        hidden = tf.tanh(self.attention_memory(candidates) + query_t[:, None, :])
+        # Eq. 4.8 (or the released code's scores) over every slot at once.
+        keys = self.attention_memory(candidates)
+        if self.scorer == "tanh":
+            hidden = tf.tanh(keys + query_t[:, None, :])
+        else:
+            hidden = tf.nn.relu(self.attention_memory_norm(keys) + query_t[:, None, :])
         if attention_mask is not None:
             hidden = hidden * attention_mask
         scores = tf.cast(self.attention_score(hidden)[..., 0], tf.float32)
+        if self.scorer == "layer_norm":
+            scores = scores / float(self.units) ** 0.5
         admissible = tf.concat([cum_prob[:, 1:], tf.ones_like(cum_prob[:, :1])], axis=1)
+        if self.attention == "softmax":
+            admissible = released_admissible(admissible)
         p = ATTENTIONS[self.attention](scores, admissible)  # Eqs. 4.9-4.11
         cum = tf.math.cumsum(p, axis=1)  # Eq. 4.3
         rev_cum = tf.math.cumsum(p, axis=1, reverse=True)  # Eq. 4.4
@@ -257,6 +287,8 @@ class OrderedMemory(keras.layers.Layer):
                 1.0 - self.input_dropout)
         projected = self.layer_norm(self.input_projection(inputs))  # Eq. 4.1, [B, T, D]
         queries = self.attention_query(projected)  # the x~ half of Eq. 4.8, [B, T, D]
+        if self.scorer == "layer_norm":
+            queries = self.attention_query_norm(queries)
         if mask is None:
             real = tf.ones((batch, steps), tf.bool)
         else:
@@ -339,5 +371,6 @@ class OrderedMemory(keras.layers.Layer):
                        "return_sequences": self.return_sequences,
                        "return_attention": self.return_attention,
                        "attention": self.attention,
+                       "scorer": self.scorer,
                        "dynamic_threshold": self.dynamic_threshold})
         return config
