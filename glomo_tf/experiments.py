@@ -316,19 +316,24 @@ def run_transfer(config, record=None):
             raise ValueError(str(error).replace("\n", " ")) from None
         check_vocabulary_matches(tokenizer.vocabulary, predictor)
     fixed_ids = encode(tokenizer, texts, config.max_length) if tokenizer else None
-    cache = None
-    if (predictor is not None and config.graph_cache
-            and any(v in hparams.PREDICTOR_VARIANTS for v in config.variants)):
-        from glomo_tf.data.graph_cache import compute_graphs
+    computed = []
 
-        start = time.perf_counter()
-        # Dense caches hold the candidate matrices the mixtures read (no products per step).
-        cache = compute_graphs(predictor, fixed_ids, config.top_k,
-                               candidates=config.top_k is None)
-        print(f"Graph cache: {len(cache)} sentences, {cache.nbytes / 2 ** 20:.1f} MiB "
-              f"({'candidate matrices' if cache.k is None else f'top-{cache.k}'}, exact: "
-              f"{cache.exact}), "
-              f"{time.perf_counter() - start:.1f}s")
+    def graph_cache():
+        """The predictor's graphs of every text, computed when the first run needs them (a
+        resumed comparison whose GLoMo runs are all done computes nothing)."""
+        if not computed:
+            from glomo_tf.data.graph_cache import compute_graphs
+
+            start = time.perf_counter()
+            # Dense caches hold the candidate matrices the mixtures read (no products per step).
+            cache = compute_graphs(predictor, fixed_ids, config.top_k,
+                                   candidates=config.top_k is None)
+            print(f"Graph cache: {len(cache)} sentences, {cache.nbytes / 2 ** 20:.1f} MiB "
+                  f"({'candidate matrices' if cache.k is None else f'top-{cache.k}'}, exact: "
+                  f"{cache.exact}), {time.perf_counter() - start:.1f}s")
+            computed.append(cache)
+        return computed[0]
+
     split_description = describe_split(config, official)
     print(f"{config.dataset}: {len(texts)} examples, classes {class_names}; variants "
           f"{' '.join(config.variants)}; seeds {' '.join(map(str, config.seeds))}; "
@@ -373,8 +378,9 @@ def run_transfer(config, record=None):
                     num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
                     top_k=config.top_k)
                 graphs = None
-                if cache is not None and variant in hparams.PREDICTOR_VARIANTS:
-                    graphs = {"cache": cache.subset(train), "predictor": predictor,
+                if (predictor is not None and config.graph_cache
+                        and variant in hparams.PREDICTOR_VARIANTS):
+                    graphs = {"cache": graph_cache().subset(train), "predictor": predictor,
                               "top_k": config.top_k}
                 start = time.perf_counter()
                 accuracy, epochs_run = train_and_evaluate(

@@ -98,6 +98,13 @@ def test_graph_cache_gives_the_online_results_and_top_k_runs(task, capsys):
         results[flags] = json.loads((out / "results.json").read_text())
     printed = capsys.readouterr().out
     assert printed.count("Graph cache: 198 sentences") == 2 and "top-2, exact" in printed
+    # Resumed with every run done: neither graphs nor runs are computed again.
+    out = root / "cache_out--graph-cache"
+    assert cli.main([*common, "--graph-cache", "--resume", "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Graph cache" not in printed and "== file" not in printed
+    assert json.loads((out / "results.json").read_text())["runs"] == results[
+        ("--graph-cache",)]["runs"]
     cached, online, cached_top, online_top = (results[flags] for flags in runs)
     assert (cached["config"]["graph_cache"], online["config"]["graph_cache"]) == (True, False)
     assert cached_top["config"]["top_k"] == 2 and cached["config"]["top_k"] is None
