@@ -43,19 +43,10 @@ from glomo_tf import OrderedMemory
 from glomo_tf.data.length_batches import LengthBatches
 from glomo_tf.data.listops import (VOCABULARY, encode_listops, generate_listops, label_counts,
                                    length_summary)
+from glomo_tf.layers.related.ordered_memory import released_optimizer
 from glomo_tf.trees import bracket_f1, induce_trees
 
 MODELS = ("ordered_memory", "lstm")
-
-
-def make_optimizer(name, learning_rate):
-    """``adam``: Adam with each gradient clipped to norm 1; ``released``: the authors' released
-    code's Adam (no momentum, ``beta_1 = 0``; epsilon 1e-9; the global gradient norm clipped to
-    1)."""
-    if name == "released":
-        return keras.optimizers.Adam(learning_rate, beta_1=0.0, epsilon=1e-9,
-                                     global_clipnorm=1.0)
-    return keras.optimizers.Adam(learning_rate, clipnorm=1.0)
 
 
 def build_model(name, units, slots, dropout, learning_rate, jit_compile,
@@ -77,7 +68,8 @@ def build_model(name, units, slots, dropout, learning_rate, jit_compile,
     hidden = keras.layers.Dense(units, activation="relu")(encoded)
     logits = keras.layers.Dense(10)(keras.layers.Dropout(dropout)(hidden))
     model = keras.Model(ids, logits, name=name)
-    model.compile(make_optimizer(optimizer, learning_rate),
+    model.compile(released_optimizer(learning_rate) if optimizer == "released"
+                  else keras.optimizers.Adam(learning_rate, clipnorm=1.0),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=jit_compile)
     attention_model = None if probs is None else keras.Model(ids, probs)

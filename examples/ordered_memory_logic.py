@@ -40,6 +40,7 @@ from glomo_tf import OrderedMemory
 from glomo_tf.data.length_batches import LengthBatches
 from glomo_tf.data.logic import (RELATIONS, VOCABULARY, encode_logic, load_logic,
                                  train_validation_split)
+from glomo_tf.layers.related.ordered_memory import released_optimizer
 from glomo_tf.trees import bracket_f1, induce_trees
 
 MODELS = ("ordered_memory", "lstm")
@@ -56,7 +57,7 @@ class PairBatches(LengthBatches):
 
 
 def build_models(name, units, slots, test_slots, dropout, learning_rate,
-                 attention="stick_breaking"):
+                 attention="stick_breaking", scorer="tanh", optimizer="adam"):
     """``(train_model, test_model, attention_model)`` sharing their layers; the test model runs
     Ordered Memory with ``test_slots``; the attention model maps one formula to ``p_t``."""
     left = keras.Input((None,), dtype="int32", name="left")
@@ -66,7 +67,7 @@ def build_models(name, units, slots, test_slots, dropout, learning_rate,
         encoder = OrderedMemory(units, num_slots=slots, input_dropout=dropout,
                                 hidden_dropout=dropout, attention_dropout=dropout,
                                 output_dropout=dropout, return_attention=True,
-                                attention=attention,
+                                attention=attention, scorer=scorer,
                                 name="ordered_memory")
     else:
         lstm = keras.layers.LSTM(units, name="lstm")
@@ -89,7 +90,8 @@ def build_models(name, units, slots, test_slots, dropout, learning_rate,
         return logits(drop(hidden(features)))
 
     train_model = keras.Model([left, right], classify(), name=f"{name}_train")
-    train_model.compile(keras.optimizers.Adam(learning_rate, clipnorm=1.0),
+    train_model.compile(released_optimizer(learning_rate) if optimizer == "released"
+                        else keras.optimizers.Adam(learning_rate, clipnorm=1.0),
                         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                         metrics=["accuracy"])
     if name != "ordered_memory":
@@ -126,6 +128,15 @@ def parse_args(argv):
                         default="stick_breaking",
                         help="Ordered Memory's attention normalisation (the thesis' stick-breaking "
                              "or the released code's masked softmax)")
+    parser.add_argument("--scorer", choices=("tanh", "layer_norm"), default="tanh",
+                        help="Ordered Memory's attention scores (Eq. 4.8, or the released "
+                             "code's layer-normed query and key)")
+    parser.add_argument("--optimizer", choices=("adam", "released"), default="adam",
+                        help="adam: Adam, each gradient clipped to norm 1; released: the "
+                             "released code's Adam (beta_1 0, epsilon 1e-9, global norm 1)")
+    parser.add_argument("--halve-after", type=int, default=0,
+                        help="halve the learning rate after this many epochs without a better "
+                             "validation accuracy, as the released code does with 2 (0: never)")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=2e-3)
@@ -182,12 +193,15 @@ def main(argv=None):
         keras.utils.set_random_seed(args.seed)
         train_model, test_model, attention_model = build_models(
             name, args.units, args.slots, 2 * args.slots, args.dropout, args.learning_rate,
-            args.attention)
+            args.attention, args.scorer, args.optimizer)
         os.makedirs(args.checkpoint_dir, exist_ok=True)
         checkpoint = os.path.join(args.checkpoint_dir, f"{name}.weights.h5")
         callbacks = [keras.callbacks.ModelCheckpoint(checkpoint, monitor="val_accuracy",
                                                      save_best_only=True,
                                                      save_weights_only=True)]
+        if args.halve_after:
+            callbacks.append(keras.callbacks.ReduceLROnPlateau(
+                "val_accuracy", factor=0.5, patience=args.halve_after, mode="max"))
         start = time.perf_counter()
         history = train_model.fit(
             PairBatches(*encoded_train, args.batch_size, args.seed), epochs=args.epochs,

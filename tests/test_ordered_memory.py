@@ -262,6 +262,14 @@ def test_bad_arguments(kwargs, message):
         OrderedMemory(**kwargs)
 
 
+def test_released_optimizer_is_the_released_codes_adam():
+    from glomo_tf.layers.related.ordered_memory import released_optimizer
+
+    config = released_optimizer(2e-3).get_config()
+    assert (config["beta_1"], config["epsilon"], config["global_clipnorm"]) == (0.0, 1e-9, 1.0)
+    assert config["learning_rate"] == pytest.approx(2e-3) and config["clipnorm"] is None
+
+
 def test_rank_is_checked():
     with pytest.raises(ValueError, match="inputs"):
         OrderedMemory(4, 3)(np.zeros((2, 3), "float32"))

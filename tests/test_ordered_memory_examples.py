@@ -77,13 +77,16 @@ def test_listops_tiny_run(listops, tmp_path, capsys):
 
 def test_logic_tiny_run(logic, tmp_path):
     results = logic.main(["--train-size", "96", "--validation-size", "32",
-                          "--test-per-operators", "8", "--epochs", "1", "--units", "8",
-                          "--slots", "4", "--batch-size", "32",
+                          "--test-per-operators", "8", "--units", "8",
+                          "--slots", "4", "--batch-size", "32", "--attention", "softmax",
+                          "--scorer", "layer_norm", "--optimizer", "released",
+                          "--halve-after", "1", "--epochs", "2",
                           "--checkpoint-dir", str(tmp_path / "ck"), "--verbose", "0"])
+    assert results["config"]["scorer"] == "layer_norm"
     assert results["data"]["test"] == {str(k): 8 for k in range(7, 13)}
     for name in ("ordered_memory", "lstm"):
         scores = results["models"][name]
-        check_curve(scores["curve"], 1)
+        check_curve(scores["curve"], 2)
         assert set(scores["test_accuracy"]) == {str(k) for k in range(7, 13)}
         # Accuracies on 8 pairs are multiples of 1/8.
         for value in scores["test_accuracy"].values():

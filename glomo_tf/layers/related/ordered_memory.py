@@ -41,6 +41,13 @@ def released_admissible(admissible):
     return tf.where(admissible < 1e-5, tf.zeros_like(admissible), admissible)
 
 
+def released_optimizer(learning_rate=1e-3):
+    """The optimizer of the authors' released ListOps and logic training: Adam without momentum
+    (``beta_1 = 0``), epsilon ``1e-9``, the global gradient norm clipped to 1 (their L2 weight
+    decay of ``1.2e-6`` is left out)."""
+    return keras.optimizers.Adam(learning_rate, beta_1=0.0, epsilon=1e-9, global_clipnorm=1.0)
+
+
 ATTENTIONS = {"stick_breaking": stick_breaking, "softmax": masked_softmax_over_slots}
 # Eq. 4.8's scores (``tanh``), or the released code's (``layer_norm``).
 SCORERS = ("tanh", "layer_norm")
