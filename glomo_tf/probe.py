@@ -132,14 +132,19 @@ class GlomoFeatures(_TokenEncoder):
 
 def load_sentence_run(run_dir):
     """``(model, tokenizer)`` of a ``glomo sentence-pretrain`` run directory."""
-    import keras
-
     from glomo_tf.data.vocabulary import Tokenizer
+    from glomo_tf.saving import load_keras_file
+
     path = os.path.join(run_dir, MODEL_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"no {MODEL_FILE} in {run_dir!r}: pass the --output-dir of a finished "
                          "glomo sentence-pretrain run.")
-    model = keras.saving.load_model(path, compile=False)
+    try:
+        model = load_keras_file(path, compile=False)
+    except Exception as error:  # a damaged file, or one from another library version
+        raise ValueError(f"Could not load {path!r} ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0][:300]}). Pass the --output-dir of a "
+                         "finished glomo sentence-pretrain run.") from error
     return model, Tokenizer.load(os.path.join(run_dir, TOKENIZER_DIR))
 
 

@@ -23,6 +23,15 @@ def save_graph_predictor(graph_predictor, filepath):
     model.save(filepath)
 
 
+def load_keras_file(filepath, **kwargs):
+    """``keras.saving.load_model`` after importing every glomo_tf layer and model, so that their
+    registered classes are known: the ``glomo`` command imports them lazily."""
+    import glomo_tf.layers  # noqa: F401
+    import glomo_tf.models  # noqa: F401
+
+    return keras.saving.load_model(filepath, **kwargs)
+
+
 def load_graph_predictor(filepath, trainable=False):
     """Loads a predictor saved by :func:`save_graph_predictor`; frozen unless ``trainable``.
 
@@ -47,7 +56,7 @@ def load_graph_predictor(filepath, trainable=False):
         raise ValueError(
             f"{filepath} is not a .keras file: pass the file written by "
             "glomo_tf.save_graph_predictor or a `glomo pretrain` run directory.")
-    model = keras.saving.load_model(filepath)
+    model = load_keras_file(filepath)
     predictors = [layer for layer in model.layers if isinstance(layer, GraphPredictor)]
     if len(predictors) != 1:
         raise ValueError(

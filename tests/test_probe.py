@@ -5,6 +5,7 @@ MR files with a tiny encoder, and the command line."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -202,3 +203,9 @@ def test_command_line(tmp_path, capsys):
             (["probe", "--run", run_dir, "--file", task, "--folds", "1"], "--folds")]:
         assert cli.main(argv) == 2
         assert message in capsys.readouterr().err
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run_dir, damaged)
+    (damaged / "sentence_pretrainer.keras").write_bytes(b"not a zip file")
+    assert cli.main(["probe", "--run", str(damaged), "--file", task]) == 2
+    err = capsys.readouterr().err
+    assert "Could not load" in err and "sentence-pretrain" in err and len(err.splitlines()) == 1

@@ -6,6 +6,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -138,6 +140,27 @@ def test_graph_run_feeds_glomo_graphs_and_probe_reads_the_run(tmp_path, capsys):
     out = capsys.readouterr().out
     for name in ("| run |", "| bow |", "| random |", "| glomo:glomo |"):
         assert name in out
+
+
+def test_the_glomo_command_reads_a_run_in_a_fresh_process(tmp_path):
+    """The ``glomo`` command imports its classes lazily: glomo probe must still load the run's
+    SentencePretrainer (a fresh interpreter started as the console script)."""
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    assert pretrain(corpus, tmp_path / "run", "--epochs", "1") == 0
+    pool = tmp_path / "pool.txt"
+    pool.write_text("the cat sat on the mat .\nthe dog ran under the house .\na big red dog .\n")
+    as_the_command = ("import sys; sys.argv[0] = 'glomo'; from glomo_tf import cli; "
+                      "sys.exit(cli.main(sys.argv[1:]))")
+    done = subprocess.run(
+        [sys.executable, "-c", as_the_command, "probe", "--run", str(tmp_path / "run"),
+         "--neighbours", "the cat sat on the mat", "--pool", str(pool), "--k", "2",
+         "--output-dir", str(tmp_path / "probe")],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.load(open(tmp_path / "probe" / "probe.json"))["neighbours"]
+    assert [len(entry["neighbours"]) for entry in found] == [2]
+    assert found[0]["neighbours"][0]["sentence"] == "the cat sat on the mat ."
 
 
 @pytest.mark.slow  # four toy pretraining runs and a probe: about 3 minutes on 2 shared cores

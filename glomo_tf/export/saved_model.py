@@ -220,8 +220,7 @@ def resolve_graph_predictor(model):
 
 def load_keras_model(path):
     """Loads a ``.keras`` file written by ``glomo pretrain`` (pretrainer or graph predictor)."""
-    import glomo_tf.layers  # noqa: F401  (registers the glomo_tf classes for deserialisation)
-    import glomo_tf.models  # noqa: F401
+    from glomo_tf.saving import load_keras_file
 
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -232,7 +231,7 @@ def load_keras_model(path):
         raise ValueError(f"{path!r} is not a .keras file. Pass RUN/pretrainer.keras or "
                          "RUN/graph_predictor.keras as written by glomo pretrain.")
     try:
-        return keras.saving.load_model(path, compile=False)
+        return load_keras_file(path, compile=False)
     except Exception as error:  # a damaged file, or one from another library version
         raise ValueError(f"Could not load {path!r} as a Keras model ({type(error).__name__}: "
                          f"{error}). Pass a .keras file written by glomo pretrain.") from error
