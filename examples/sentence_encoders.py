@@ -53,6 +53,8 @@ DATA = os.path.join(REPO, os.pardir, "shared", "data")
 VARIANTS = {"QT+SP+G2L": ("qt", "sp", "g2l"), "QT+SP-G2L": ("qt", "sp"),
             "QT+G2L-SP": ("qt", "g2l"), "SP+G2L-QT": ("sp", "g2l")}
 LEFT_OUT = {"QT+SP-G2L": "g2l", "QT+G2L-SP": "sp", "SP+G2L-QT": "qt"}
+# All three objectives with a frozen GLoMo predictor's graphs in both encoders (--graph-run).
+GRAPH_VARIANT = "QT+SP+G2L+GLoMo"
 
 
 def parse_args(argv):
@@ -77,6 +79,9 @@ def parse_args(argv):
     p.add_argument("--c-values", nargs="+", type=float, default=[0.25, 1.0, 4.0])
     p.add_argument("--max-examples", type=int, default=None)
     p.add_argument("--glomo-run", default=None, help="a glomo pretrain run for GLoMo features")
+    p.add_argument("--graph-run", default=None,
+                   help="a glomo pretrain run whose frozen graphs feed one more QT+SP+G2L "
+                        "model (QT+SP+G2L+GLoMo; its tokenizer is the graph run's)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--tiny", action="store_true", help="toy sizes, for the test suite")
     args = p.parse_args(argv)
@@ -91,20 +96,22 @@ def main(argv=None):
     args = parse_args(argv)
     started = time.perf_counter()
     pretraining = {}
-    for name in args.variants:
+    variants = list(args.variants) + ([GRAPH_VARIANT] if args.graph_run else [])
+    for name in variants:
         run_dir = os.path.join(args.runs_dir, name)
         print(f"== pretraining {name} -> {run_dir}", flush=True)
         start = time.perf_counter()
         run_sentence_pretraining(SentencePretrainingConfig(
             output_dir=run_dir, train=args.train, format="wikitext", vocab_size=args.vocab_size,
             max_length=args.max_length, embedding_dim=args.embedding_dim, units=args.units,
-            objectives=VARIANTS[name], learning_rate=args.learning_rate, epochs=args.epochs,
+            objectives=VARIANTS.get(name, VARIANTS["QT+SP+G2L"]),
+            learning_rate=args.learning_rate, epochs=args.epochs,
             steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size, seed=args.seed,
-            verbose=2))
+            graph_run=args.graph_run if name == GRAPH_VARIANT else None, verbose=2))
         with open(os.path.join(run_dir, "metrics.json")) as f:
             pretraining[name] = dict(json.load(f), seconds_this_call=round(
                 time.perf_counter() - start, 1))
-    runs = [os.path.join(args.runs_dir, name) for name in args.variants]
+    runs = [os.path.join(args.runs_dir, name) for name in variants]
     probe_started = time.perf_counter()
     summary = run_probe(ProbeConfig(
         runs=runs, baselines=list(hparams.PROBE_BASELINES),
@@ -119,7 +126,7 @@ def main(argv=None):
         "pretraining": pretraining,
         "probe": results,
         "table": markdown_table(results, args.tasks),
-        "comparisons": comparisons(results, args.variants, args.tasks),
+        "comparisons": comparisons(results, variants, args.tasks),
         "probe_wall_time_s": round(time.perf_counter() - probe_started, 1),
         "wall_time_s": round(time.perf_counter() - started, 1),
     }

@@ -166,7 +166,7 @@ def check_resumable(saved, current):
     """Raises ``ValueError`` when a resumed run was started with different settings."""
     refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
                             "Resume with the same settings, or start a new run with another "
-                            "--output-dir.")
+                            "--output-dir.", paths=("train", "validation", "vocab"))
 
 
 def make_optimizer(s):

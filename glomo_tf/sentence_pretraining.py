@@ -100,7 +100,7 @@ class SentencePretrainingConfig:
 def check_resumable(saved, current):
     refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
                             "Resume with the same settings, or start a new run with another "
-                            "--output-dir.")
+                            "--output-dir.", paths=("train", "validation", "vocab", "graph_run"))
 
 
 def _resuming(run_dir):

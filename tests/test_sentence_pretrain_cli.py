@@ -97,6 +97,13 @@ def test_a_copied_run_directory_resumes(tmp_path, capsys):
     assert json.load(open(tmp_path / "copy" / "metrics.json"))["steps"] == 10
     assert json.load(open(tmp_path / "copy" / "config.json"))["output_dir"] == str(
         tmp_path / "copy")
+    # The same corpus named by another path is the same setting; another corpus is not.
+    other_name = os.path.join(str(tmp_path), ".", "corpus.txt")
+    assert pretrain(other_name, tmp_path / "copy", "--epochs", "3") == 0
+    assert "Resuming from" in capsys.readouterr().out
+    other = write_corpus(tmp_path / "other.txt", seed=1)
+    assert pretrain(other, tmp_path / "copy", "--epochs", "4") == 2
+    assert "train" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, message", [
