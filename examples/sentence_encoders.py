@@ -32,6 +32,16 @@ The recorded ``examples/outputs/sentence_encoders.json`` came from a cheaper pro
         --inner-folds 2 --c-values 0.25 1 4 --glomo-run runs/wt2_gru \
         --output examples/outputs/sentence_encoders.json
 
+``examples/outputs/sentence_encoders_long.json`` resumed those runs to six times the budget, added
+the full model fed with a ``glomo pretrain`` run's frozen graphs (``--graph-run``) and probed over
+a wider grid of L2 strengths (about 70 minutes on two busy cores, the GLoMo-fed model's
+pretraining included)::
+
+    python examples/sentence_encoders.py --runs-dir runs/sentence_encoders_long --epochs 12 \
+        --steps-per-epoch 120 --folds 5 --inner-folds 2 --c-values 0.25 1 4 16 64 \
+        --glomo-run runs/wt2_gru --graph-run runs/wt2_gru \
+        --output examples/outputs/sentence_encoders_long.json
+
 ``--tiny`` runs everything at toy size in about a minute (the test suite's check).
 It prints the table and writes JSON: settings, command, wall times, each run's pretraining
 metrics, each encoder's probe results per task, and the comparisons the issue asks for.

@@ -216,6 +216,34 @@ def ordered_memory_listops_rows(result):
     ]
 
 
+def ordered_memory_released_rows(result):
+    """The README's ListOps table of the released recipe's run
+    (examples/outputs/ordered_memory_listops_released.json)."""
+    om, lstm = result["models"]["ordered_memory"], result["models"]["lstm"]
+    val = [epoch["val_accuracy"] for epoch in om["curve"]]
+    jump = next(i for i in range(1, len(val)) if val[i] - val[i - 1] > 0.1)  # the largest
+    best = max(range(len(val)), key=val.__getitem__)
+    branching = result["branching_f1"]
+    return [
+        f"| Ordered Memory (the released code's attention) | {100 * om['test_accuracy']:.1f}% | "
+        f"{om['tree_f1']:.1f} | {om['parameters']:,} | {om['train_seconds']:,.0f} s |",
+        f"| LSTM, {result['config']['units']} units | {100 * lstm['test_accuracy']:.1f}% | - | "
+        f"{lstm['parameters']:,} | {lstm['train_seconds']:,.0f} s |",
+        f"| majority class | {100 * result['data']['majority_test_accuracy']:.1f}% | | | |",
+        f"| left- / right-branching trees | | {branching['left']:.1f} / "
+        f"{branching['right']:.1f} | | |",
+        f"({100 * val[0]:.1f}% after one, {100 * val[jump - 1]:.1f}% after\n{jump})",
+        f"({100 * val[jump]:.1f}% after {jump + 1})",
+        f"reaches {100 * val[best]:.1f}% (epoch {best + 1})",
+        f"goes from {100 * lstm['curve'][0]['val_accuracy']:.1f}% to "
+        f"{100 * lstm['curve'][-1]['val_accuracy']:.1f}%",
+        f"{result['wall_seconds']:,.0f} s in all on one shared core",
+        f"(F1 {om['tree_f1']:.1f};",
+        f"({100 * om['test_accuracy']:.1f}% accuracy, tree F1 {om['tree_f1']:.1f}, against "
+        f"{100 * lstm['test_accuracy']:.1f}% for an LSTM)",
+    ]
+
+
 def ordered_memory_logic_rows(result):
     """The README's logic table, from examples/outputs/ordered_memory_logic_full.json."""
     operators = [str(k) for k in range(7, 13)]
@@ -245,6 +273,13 @@ def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
     assert listops["command"].startswith("python examples/ordered_memory_listops.py")
     for row in ordered_memory_listops_rows(listops) + ordered_memory_logic_rows(logic):
         assert row in readme, row
+    released = load("ordered_memory_listops_released.json")
+    assert released["command"].startswith("python examples/ordered_memory_listops.py")
+    assert released["config"]["scorer"] == "layer_norm"
+    assert released["config"]["attention"] == "softmax"
+    flat = " ".join(readme.split())  # prose rows may wrap
+    for row in ordered_memory_released_rows(released):
+        assert row in readme or " ".join(row.split()) in flat, row
     with open(os.path.join(REPO, "benchmarks", "outputs", "ordered_memory_speed.json"),
               encoding="utf-8") as handle:
         speed = json.load(handle)
@@ -442,21 +477,66 @@ def test_images_figures_come_from_the_recorded_run(readme):
 
 # ----------------------------------------------------------------------------- sentence encoders
 
-def sentence_encoder_figures():
+def sentence_encoder_figures(name):
     """The README's sentence-encoder table (the recorded run's own Markdown) and comparisons."""
-    result = load("sentence_encoders.json")
+    result = load(name)
     drop = result["comparisons"]["drop_when_left_out"]
     sentence = ("leaving out G2L costs {g2l:.1f} points of mean accuracy, SP {sp:.2f}, QT {qt:.2f}"
                 .format(**{k: 100 * v for k, v in drop.items()}))
-    return result["table"].splitlines(), sentence, result["comparisons"]
+    return result, result["table"].splitlines(), sentence, result["comparisons"]
 
 
 def test_sentence_encoder_figures_come_from_the_recorded_run(readme):
-    table, sentence, comparisons = sentence_encoder_figures()
+    result, table, sentence, comparisons = sentence_encoder_figures(
+        "sentence_encoders_long.json")
+    assert result["settings"]["steps_per_epoch"] * result["settings"]["epochs"] == 1440
+    assert all(run["steps"] == 1440 for run in result["pretraining"].values())
+    flat = " ".join(readme.split())  # prose wraps
     for row in table:
         assert row in readme, f"README lacks: {row}"
-    assert sentence in readme
+    assert sentence in flat
     beaten = [encoder for encoder, tasks in comparisons["beats_bow_and_random"].items()
               if any(tasks.values())]
     assert not beaten  # the README says no trained encoder beats both baselines on any task
-    assert "no trained encoder beats both the bag of words and the random encoder" in readme
+    assert "no trained encoder beats both the bag of words and the random encoder" in flat
+    probe = result["probe"]
+    full, bow = probe["QT+SP+G2L"], probe["bow"]
+    tasks = ("mr", "subj", "sst2")
+
+    def fmt(scores):
+        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
+
+    assert all(full[t]["accuracy"] > probe["random"][t]["accuracy"] for t in tasks)
+    assert ("the bag of words of its own embeddings reaches " + " / ".join(
+        f"{100 * bow[t]['accuracy']:.1f}" for t in tasks)) in flat
+    first = load("sentence_encoders.json")["probe"]["QT+SP+G2L"]
+    assert "QT+SP+G2L " + " / ".join(f"{100 * first[t]['accuracy']:.1f}" for t in tasks) in flat
+    losses = result["pretraining"]["QT+SP-G2L"]["last_epoch"]
+    assert f"QT {losses['qt_loss']:.2f} and SP {losses['sp_loss']:.2f}" in flat
+    assert f"{result['probe_wall_time_s'] / 60:.0f} min" in flat
+    graphs = probe["QT+SP+G2L+GLoMo"]
+    assert f"GLoMo graphs do not help the full model ({fmt(graphs)})" in flat
+    assert "full model (" + fmt(full) + ")" not in flat or fmt(graphs) == fmt(full)
+    four = [run["wall_time_s"] for name, run in result["pretraining"].items()
+            if name != "QT+SP+G2L+GLoMo"]
+    assert f"their last 1,200 took {min(four):.0f}-{max(four):.0f} s each" in flat
+    assert (f"the GLoMo-fed model's 1,440 steps "
+            f"{result['pretraining']['QT+SP+G2L+GLoMo']['wall_time_s']:,.0f} s") in flat
+    chosen = [c for scores in load("sentence_encoders.json")["probe"].values()
+              for task in scores.values()
+              for c in (task["c"] if isinstance(task["c"], list) else [task["c"]])]
+    assert (f"{sum(c == max(chosen) for c in chosen)} of the {len(chosen)} choices were the "
+            f"largest, {max(chosen):g}") in flat
+
+
+def test_sentence_neighbours_come_from_the_recorded_probe(readme):
+    recorded = load("sentence_neighbours.json")
+    first = {}
+    for entry in recorded["neighbours"]:
+        first.setdefault(entry["query"], {})[entry["encoder"]] = entry["neighbours"][0]
+    assert len(first) == 3
+    for query, found in first.items():
+        row = (f"| {query} | {found['QT+SP+G2L']['sentence']} "
+               f"({found['QT+SP+G2L']['cosine']:.3f}) | {found['bow']['sentence']} "
+               f"({found['bow']['cosine']:.3f}) |")
+        assert row in readme, row
