@@ -34,7 +34,7 @@ The recorded ``examples/outputs/sentence_encoders.json`` came from a cheaper pro
 
 ``examples/outputs/sentence_encoders_long.json`` resumed those runs to six times the budget, added
 the full model fed with a ``glomo pretrain`` run's frozen graphs (``--graph-run``) and probed over
-a wider grid of L2 strengths (about 70 minutes on two busy cores, the GLoMo-fed model's
+a wider grid of L2 strengths (over an hour on two busy cores, the GLoMo-fed model's
 pretraining included)::
 
     python examples/sentence_encoders.py --runs-dir runs/sentence_encoders_long --epochs 12 \
