@@ -280,6 +280,18 @@ def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
     flat = " ".join(readme.split())  # prose rows may wrap
     for row in ordered_memory_released_rows(released):
         assert row in readme or " ".join(row.split()) in flat, row
+    thesis = load("ordered_memory_listops_thesis_form.json")
+    config, om = thesis["config"], thesis["models"]["ordered_memory"]
+    assert (config["attention"], config["scorer"], config["train_size"]) == (
+        "stick_breaking", "tanh", released["config"]["train_size"])
+    assert config["optimizer"] == released["config"]["optimizer"] == "released"
+    epochs = len(om["curve"])
+    same_epoch = released["models"]["ordered_memory"]["curve"][epochs - 1]["val_accuracy"]
+    for text in (f"schedule for {epochs} epochs", f"{om['train_seconds']:,.0f} s of training",
+                 f"{100 * om['test_accuracy']:.1f}% test accuracy and tree F1 {om['tree_f1']:.1f}",
+                 f"best validation accuracy {100 * om['best_val_accuracy']:.1f}%",
+                 f"at {100 * same_epoch:.1f}% after {epochs} epochs"):
+        assert text in flat, text
     with open(os.path.join(REPO, "benchmarks", "outputs", "ordered_memory_speed.json"),
               encoding="utf-8") as handle:
         speed = json.load(handle)
