@@ -280,6 +280,21 @@ def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
     flat = " ".join(readme.split())  # prose rows may wrap
     for row in ordered_memory_released_rows(released):
         assert row in readme or " ".join(row.split()) in flat, row
+    logic_released = load("ordered_memory_logic_released.json")
+    models = logic_released["models"]
+    assert logic_released["config"]["scorer"] == "layer_norm"
+    operators = [str(k) for k in range(7, 13)]
+    for label, name in (("Ordered Memory, the released code's attention and optimizer, 12 "
+                         "epochs", "ordered_memory"), ("LSTM, the same run", "lstm")):
+        accuracy = models[name]["test_accuracy"]
+        assert (f"| {label} | " + " | ".join(f"{100 * accuracy[k]:.1f}" for k in operators)
+                + " |") in readme, label
+    for text in (f"{logic_released['wall_seconds']:,.0f} s in all on one shared core",
+                 f"best validation accuracy is "
+                 f"{100 * models['ordered_memory']['best_val_accuracy']:.1f}% (the LSTM's "
+                 f"{100 * models['lstm']['best_val_accuracy']:.1f}%), induced-tree F1 "
+                 f"{models['ordered_memory']['tree_f1']:.1f}"):
+        assert text in flat, text
     thesis = load("ordered_memory_listops_thesis_form.json")
     config, om = thesis["config"], thesis["models"]["ordered_memory"]
     assert (config["attention"], config["scorer"], config["train_size"]) == (
