@@ -14,6 +14,7 @@ train/dev/test files, ``imdb`` and ``sst2_tfds`` tensorflow-datasets' official t
 """
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Optional
@@ -316,23 +317,20 @@ def run_transfer(config, record=None):
             raise ValueError(str(error).replace("\n", " ")) from None
         check_vocabulary_matches(tokenizer.vocabulary, predictor)
     fixed_ids = encode(tokenizer, texts, config.max_length) if tokenizer else None
-    computed = []
-
+    @functools.cache
     def graph_cache():
         """The predictor's graphs of every text, computed when the first run needs them (a
         resumed comparison whose GLoMo runs are all done computes nothing)."""
-        if not computed:
-            from glomo_tf.data.graph_cache import compute_graphs
+        from glomo_tf.data.graph_cache import compute_graphs
 
-            start = time.perf_counter()
-            # Dense caches hold the candidate matrices the mixtures read (no products per step).
-            cache = compute_graphs(predictor, fixed_ids, config.top_k,
-                                   candidates=config.top_k is None)
-            print(f"Graph cache: {len(cache)} sentences, {cache.nbytes / 2 ** 20:.1f} MiB "
-                  f"({'candidate matrices' if cache.k is None else f'top-{cache.k}'}, exact: "
-                  f"{cache.exact}), {time.perf_counter() - start:.1f}s")
-            computed.append(cache)
-        return computed[0]
+        start = time.perf_counter()
+        # Dense caches hold the candidate matrices the mixtures read (no products per step).
+        cache = compute_graphs(predictor, fixed_ids, config.top_k,
+                               candidates=config.top_k is None)
+        print(f"Graph cache: {len(cache)} sentences, {cache.nbytes / 2 ** 20:.1f} MiB "
+              f"({'candidate matrices' if cache.k is None else f'top-{cache.k}'}, exact: "
+              f"{cache.exact}), {time.perf_counter() - start:.1f}s")
+        return cache
 
     split_description = describe_split(config, official)
     print(f"{config.dataset}: {len(texts)} examples, classes {class_names}; variants "
