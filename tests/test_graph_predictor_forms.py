@@ -86,3 +86,43 @@ def test_batch_norm_affine_is_batch_normalisation(rng):
     expected = (x - mean) / np.sqrt(variance + BATCH_NORM_EPSILON) * gamma + beta
     np.testing.assert_allclose(x * scale.numpy() + shift.numpy(), expected, rtol=1e-12)
     assert BATCH_NORM_EPSILON == 1e-5  # the value the saved predictors were trained with
+
+
+@pytest.mark.parametrize("kwargs,training", [
+    (dict(), False),
+    (dict(), True),
+    (dict(threshold="scalar", num_layers=3), True),
+    (dict(normalization="softmax"), False),
+    (dict(normalization="entmax15", num_layers=1), True),
+    (dict(live_row_weight=0.5), True),  # the hinge needs every row: the full graphs, cut
+])
+def test_graphs_with_top_rows_are_calls_graphs_cut_to_the_rows(kwargs, training, rng):
+    """graphs_with_top_rows computes the last layer at the given rows only (repeated, unsorted,
+    padded rows included): the same graphs as call()'s, cut, and the same gradients."""
+    layer = predictor(rng, **kwargs)
+    rows = tf.constant([[6, 0, 3, 3, 7], [1, 5, 2, 0, 4]], tf.int32)  # [2, S]
+    upstream = tf.constant(rng.normal(size=(len(IDS), 2, layer.num_heads, 5, IDS.shape[1])),
+                           tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        full = layer(IDS, training=training)
+        full_top = tf.stack([tf.gather(full["graphs"][:, z, -1], rows[z], axis=2)
+                             for z in range(2)], axis=1)  # [B, 2, K, S, T]
+        got = layer.graphs_with_top_rows(IDS, rows, training=training)
+        full_loss = tf.reduce_sum(full_top * upstream)
+        got_loss = tf.reduce_sum(got["top_rows"] * upstream)
+    assert got["graphs"].shape == (len(IDS), 2, layer.num_layers - 1, layer.num_heads,
+                                   IDS.shape[1], IDS.shape[1])
+    np.testing.assert_allclose(got["graphs"], full["graphs"][:, :, :-1], **TOLERANCE)
+    np.testing.assert_allclose(got["top_rows"], full_top, **TOLERANCE)
+    np.testing.assert_array_equal(got["padding_mask"], full["padding_mask"])
+    assert np.abs(full_top.numpy()).max() > 0.1  # not a vacuous match of empty rows
+    for kernel in (layer.query_kernel, layer.key_kernel, layer.embeddings):
+        np.testing.assert_allclose(tf.convert_to_tensor(tape.gradient(got_loss, kernel)),
+                                   tf.convert_to_tensor(tape.gradient(full_loss, kernel)),
+                                   **TOLERANCE)
+
+
+def test_graphs_with_top_rows_refuses_a_coupled_predictor(rng):
+    layer = predictor(rng, coupled=True)
+    with pytest.raises(ValueError, match="decoupled"):
+        layer.graphs_with_top_rows(IDS, tf.zeros([2, 3], tf.int32))

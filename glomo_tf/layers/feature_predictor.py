@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from glomo_tf import hparams
 from glomo_tf.hparams import COMPOSITIONS
-from glomo_tf.layers._common import compute_cast, gru_update
+from glomo_tf.layers._common import compute_cast, direction_rows, gru_update
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -116,7 +116,7 @@ class FeaturePredictor(keras.layers.Layer):
             outputs.append(features)
         return outputs
 
-    def top_features(self, features, graphs, positions, padding_mask=None):
+    def top_features(self, features, graphs, positions, padding_mask=None, top_rows=None):
         """The last layer's features at ``positions`` only: ``[batch, 2, S, d]``.
 
         ``positions``: int ``[2, S]``, the rows wanted in each direction. Equals
@@ -124,23 +124,32 @@ class FeaturePredictor(keras.layers.Layer):
         last layer composes those rows only: pretraining decodes from a few sampled positions
         (``num_positions`` of ``T``), and the top layer's other rows would be computed for nothing
         (their messages and the cell; every lower layer is needed whole).
+
+        ``top_rows``: optional ``[batch, 2, K, S, T]``, the last layer's graph already cut to
+        ``positions`` (:meth:`GraphPredictor.graphs_with_top_rows`); ``graphs`` then holds the
+        layers below it only.
         """
         if not self.built:
             self.build(features.shape, graphs.shape)
         features, graphs = self._inputs(features, graphs)
-        lower = self._compose_layers(features, graphs, padding_mask, graphs.shape[2] - 1)
+        lower = graphs.shape[2] if top_rows is not None else graphs.shape[2] - 1
+        lower = self._compose_layers(features, graphs, padding_mask, lower)
         features = lower[-1] if lower else features
         positions = tf.cast(positions, tf.int32)
-        top = self.compose(features, graphs[:, :, -1], rows=positions)
+        if top_rows is None:
+            top = self.compose(features, graphs[:, :, -1], rows=positions)
+        else:
+            top = self.compose(features, tf.cast(top_rows, self.compute_dtype), rows=positions,
+                               graph_at_rows=True)
         if padding_mask is not None:
             mask = tf.gather(tf.cast(padding_mask, top.dtype), positions, axis=1)  # [B, 2, S]
             top = top * mask[..., None]
         return top
 
-    def compose(self, features, graph, rows=None):
+    def compose(self, features, graph, rows=None, graph_at_rows=False):
         """One layer of Eq. 2: ``features [B, 2, T, d]``, ``graph [B, 2, K, T, T]`` -> ``[B, 2, T, d]``;
         with ``rows`` (int ``[2, S]``), only those receiving rows of each direction:
-        ``[B, 2, S, d]``."""
+        ``[B, 2, S, d]`` (``graph_at_rows``: ``graph`` is ``[B, 2, K, S, T]``, already cut)."""
         shape = tf.shape(features)
         values = features
         if self.composition == "projected":
@@ -148,8 +157,9 @@ class FeaturePredictor(keras.layers.Layer):
         heads = tf.reshape(values, [shape[0], 2, shape[2], self.num_heads,
                                     self.hidden_dim // self.num_heads])
         if rows is not None:
-            graph = _direction_rows(graph, rows, axis=3)  # [B, 2, K, S, T]
-            features = _direction_rows(features, rows, axis=2)  # the receivers' own features
+            if not graph_at_rows:
+                graph = direction_rows(graph, rows, axis=3)  # [B, 2, K, S, T]
+            features = direction_rows(features, rows, axis=2)  # the receivers' own features
         message = tf.reshape(tf.einsum("bzkts,bzskc->bztkc", graph, heads), tf.shape(features))
         if self.composition == "projected":
             update = tf.einsum("bztd,zde->bzte", message, self._w(self.output_kernel))
@@ -174,13 +184,3 @@ class FeaturePredictor(keras.layers.Layer):
         config.update({"hidden_dim": self.hidden_dim, "num_heads": self.num_heads,
                        "composition": self.composition})
         return config
-
-
-def _direction_rows(x, rows, axis):
-    """``x [B, 2, ...]`` cut to each direction's ``rows[z]`` along ``axis`` (``rows [2, S]``)."""
-    by_direction = tf.gather(tf.transpose(x, _swap_first_two(x)), rows, axis=axis, batch_dims=1)
-    return tf.transpose(by_direction, _swap_first_two(x))
-
-
-def _swap_first_two(x):
-    return [1, 0] + list(range(2, x.shape.rank))

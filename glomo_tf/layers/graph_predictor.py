@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from glomo_tf import hparams, ops
 from glomo_tf.hparams import COMPOSITIONS, NORMALIZATIONS, THRESHOLDS
-from glomo_tf.layers._common import compute_cast
+from glomo_tf.layers._common import compute_cast, direction_rows
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 
 # Added to the variance in the CNNs' batch norm (the reference code's, PyTorch's default).
@@ -243,6 +243,47 @@ class GraphPredictor(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def call(self, token_ids, training=False):
+        padding_mask, stacks = self._conv_stacks(token_ids, training)
+        admissible = ops.admissible_sources(padding_mask)  # [B, 2, 1, 1, T, T]
+        outputs = {"padding_mask": padding_mask}
+        if self.coupled:
+            features = tf.stack(stacks, axis=1)  # F^0: [B, 2, T, d]
+            outputs["graphs"], outputs["features"] = self._coupled_graphs(features, admissible,
+                                                                          training)
+        else:
+            queries, keys = self._queries_keys(stacks)
+            outputs["graphs"] = self._graphs(queries, keys, admissible, training)
+        return outputs
+
+    def graphs_with_top_rows(self, token_ids, rows, training=False):
+        """Every layer's graphs but the last, and the last layer's rows at ``rows`` only.
+
+        ``rows``: int ``[2, S]``, the receiving positions wanted in each direction. Returns a dict
+        with ``graphs`` ``[B, 2, L - 1, K, T, T]`` (``call()``'s first ``L - 1`` layers),
+        ``top_rows`` ``[B, 2, K, S, T]`` (``call()``'s last layer, direction ``z`` cut to the rows
+        ``rows[z]``) and ``padding_mask``. Pretraining decodes from a few sampled positions
+        (:meth:`FeaturePredictor.top_features`), so the last layer's other rows (their queries,
+        scores and normalisation) would be computed for nothing. A decoupled predictor only; in
+        training with the live-row hinge, which needs every row, the full graphs are computed
+        and cut.
+        """
+        if self.coupled:
+            raise ValueError("graphs_with_top_rows needs a decoupled GraphPredictor; a coupled "
+                             "one composes its graphs layer by layer (use call()).")
+        rows = tf.cast(rows, tf.int32)
+        if training and self._live_row_hinge:
+            out = self(token_ids, training=training)
+            graphs = out["graphs"]
+            return {"graphs": graphs[:, :, :-1], "padding_mask": out["padding_mask"],
+                    "top_rows": direction_rows(graphs[:, :, -1], rows, axis=3)}
+        padding_mask, stacks = self._conv_stacks(token_ids, training)
+        queries, keys = self._queries_keys(stacks)
+        admissible = ops.admissible_sources(padding_mask)
+        graphs, top_rows = self._graphs(queries, keys, admissible, training, top_rows=rows)
+        return {"graphs": graphs, "top_rows": top_rows, "padding_mask": padding_mask}
+
+    def _conv_stacks(self, token_ids, training):
+        """The padding mask ``[B, T]`` and the CNNs' outputs, a list of ``[B, T, d]``."""
         token_ids = tf.convert_to_tensor(token_ids)
         if not token_ids.dtype.is_integer:
             raise TypeError(
@@ -259,17 +300,14 @@ class GraphPredictor(keras.layers.Layer):
             stacks = tf.unstack(self._training_conv_stacks(stacks, conv_mask[None]))
         else:
             stacks = self._inference_conv_stacks(embedded, conv_mask)
-        admissible = ops.admissible_sources(padding_mask)  # [B, 2, 1, 1, T, T]
-        outputs = {"padding_mask": padding_mask}
-        if self.coupled:
-            features = tf.stack(stacks, axis=1)  # F^0: [B, 2, T, d]
-            outputs["graphs"], outputs["features"] = self._coupled_graphs(features, admissible,
-                                                                          training)
-        else:
-            keys = tf.stack([stacks[_FW_KEY], stacks[_BW_KEY]], axis=1)  # [B, 2, T, d]
-            queries = tf.stack([stacks[_FW_QUERY], stacks[_BW_QUERY]], axis=1)
-            outputs["graphs"] = self._graphs(queries, keys, admissible, training)
-        return outputs
+        return padding_mask, stacks
+
+    @staticmethod
+    def _queries_keys(stacks):
+        """A decoupled predictor's queries and keys, each ``[B, 2, T, d]``."""
+        keys = tf.stack([stacks[_FW_KEY], stacks[_BW_KEY]], axis=1)
+        queries = tf.stack([stacks[_FW_QUERY], stacks[_BW_QUERY]], axis=1)
+        return queries, keys
 
     def embed(self, token_ids):
         """The predictor's embeddings of ``token_ids`` (``[batch, T, hidden_dim]``)."""
@@ -379,7 +417,7 @@ class GraphPredictor(keras.layers.Layer):
         keys = tf.cast(keys, self.compute_dtype)
         return self._graphs(queries, keys, ops.admissible_sources(padding_mask), training)
 
-    def _graphs(self, queries, keys, admissible, training=False):
+    def _graphs(self, queries, keys, admissible, training=False, top_rows=None):
         """Eq. 1 for every direction, layer and head at once: ``[B, 2, L, K, T, T]``.
 
         ``queries`` and ``keys`` are ``[B, 2, T, d]``. The ``L * K`` heads are a batch dimension of
@@ -392,20 +430,47 @@ class GraphPredictor(keras.layers.Layer):
         with ``b`` subtracted from the scores: a second form, kept because it rounds differently
         (merging the two would change a coupled predictor's outputs); the test of
         ``tests/test_graph_predictor_forms.py`` checks that the two agree.
+
+        With ``top_rows`` (int ``[2, S]``), returns ``(graphs [B, 2, L - 1, K, T, T], top layer
+        [B, 2, K, S, T])``: the last layer's queries, scores and normalisation at those rows only
+        (:meth:`graphs_with_top_rows`).
         """
         L, K, h = self.num_layers, self.num_heads, self.head_dim
         batch, length = tf.shape(queries)[0], tf.shape(queries)[2]
         key_bias = self.key_bias  # [1, 2, L, K, 1, h]
         if self._learned_threshold and self.threshold == "query":
             key_bias = key_bias - self.threshold_kernel[None, :, :, None, None, :]
-        q = tf.matmul(queries[:, :, None], self._heads(self.query_kernel))
-        q = q + self._w(tf.reshape(self.query_bias, [1, 2, L * K, 1, h]))
+        query_kernel = self._heads(self.query_kernel)
+        query_bias = self._w(tf.reshape(self.query_bias, [1, 2, L * K, 1, h]))
         k = tf.matmul(keys[:, :, None], self._heads(self.key_kernel))
         k = k + self._w(tf.reshape(key_bias, [1, 2, L * K, 1, h]))
-        scores = tf.reshape(tf.matmul(q, k, transpose_b=True), [batch, 2, L, K, length, length])
+        if top_rows is None:
+            q = tf.matmul(queries[:, :, None], query_kernel) + query_bias
+            scores = tf.reshape(tf.matmul(q, k, transpose_b=True),
+                                [batch, 2, L, K, length, length])
+            return self._normalize(scores, admissible, 0, training)
+        below = (L - 1) * K  # the heads of every layer but the last
+        if L > 1:
+            q = tf.matmul(queries[:, :, None], query_kernel[:, :, :below]) + query_bias[:, :, :below]
+            scores = tf.reshape(tf.matmul(q, k[:, :, :below], transpose_b=True),
+                                [batch, 2, L - 1, K, length, length])
+            graphs = self._normalize(scores, admissible, 0, training)
+        else:
+            graphs = tf.zeros([batch, 2, 0, K, length, length], self.compute_dtype)
+        q = tf.matmul(direction_rows(queries, top_rows, axis=2)[:, :, None],
+                      query_kernel[:, :, below:]) + query_bias[:, :, below:]  # [B, 2, K, S, h]
+        scores = tf.matmul(q, k[:, :, below:], transpose_b=True)[:, :, None]  # [B, 2, 1, K, S, T]
+        admissible = direction_rows(admissible[:, :, 0, 0], top_rows, axis=2)[:, :, None, None]
+        return graphs, self._normalize(scores, admissible, L - 1, training)[:, :, 0]
+
+    def _normalize(self, scores, admissible, first_layer, training):
+        """Eq. 1's normalisation of ``scores [B, 2, L', K, R, T]``, graph layers ``first_layer``
+        onwards, with their thresholds (and, in training, their live-row hinge)."""
         if not self._learned_threshold:
             return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon)
-        threshold = self._w(self.threshold_bias)[None, :, :, None, None, None]
+        layers = scores.shape[2]
+        threshold = self._w(self.threshold_bias)[None, :, first_layer:first_layer + layers,
+                                                 None, None, None]
         if training and self._live_row_hinge:
             self._add_live_row_loss(scores, admissible, threshold)
         return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon,

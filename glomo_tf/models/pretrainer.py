@@ -177,18 +177,20 @@ class GlomoPretrainer(keras.Model):
     def _decoder_states(self, token_ids, length, training):
         """Each direction's decoder ``(initial states [B, S, d], start positions [S])``.
 
-        With the unit-level objective and sampled positions, a decoupled predictor composes its
-        top layer at the sampled positions only (:meth:`FeaturePredictor.top_features`): the
-        same states as gathering them from every position's features, without the rest."""
+        With the unit-level objective and sampled positions, a decoupled predictor computes its
+        top graph layer's rows and composes its top feature layer at the sampled positions only
+        (:meth:`GraphPredictor.graphs_with_top_rows`, :meth:`FeaturePredictor.top_features`):
+        the same states as gathering them from every position's features, without the rest."""
         if not self.built:  # the sublayers are called directly below, not through call()
             self.build()
         if (self.objective == "unit" and self.num_positions is not None
                 and self.feature_predictor is not None):
             positions = [self.sample_positions(length) for _ in self.decoders]
-            out = self.graph_predictor(token_ids, training=training)
+            out = self.graph_predictor.graphs_with_top_rows(token_ids, tf.stack(positions),
+                                                            training=training)
             top = self.feature_predictor.top_features(
                 self.graph_predictor.embed(token_ids), out["graphs"], tf.stack(positions),
-                out["padding_mask"])  # [B, 2, S, d]
+                out["padding_mask"], top_rows=out["top_rows"])  # [B, 2, S, d]
             return [(top[:, z], positions[z]) for z in range(len(self.decoders))]
         out = self(token_ids, training=training)
         top = out["features"][:, :, -1]  # [B, 2, T, d]
