@@ -168,9 +168,9 @@ class FeaturePredictor(keras.layers.Layer):
         if self.composition == "residual":
             return features + tf.einsum("bzti,zio->bzto", cell_input, self._w(self.kernel)) + \
                 self._w(self.bias)
-        gates_x = tf.einsum("bzti,zio->bzto", cell_input, self._w(self.input_kernel))
+        gates_x = _by_direction(cell_input, self._w(self.input_kernel))
         gates_x = gates_x + self._w(self.input_bias)
-        gates_h = tf.einsum("bzti,zio->bzto", features, self._w(self.recurrent_kernel))
+        gates_h = _by_direction(features, self._w(self.recurrent_kernel))
         gates_h = gates_h + self._w(self.recurrent_bias)
         return gru_update(gates_x, gates_h, features)
 
@@ -184,3 +184,11 @@ class FeaturePredictor(keras.layers.Layer):
         config.update({"hidden_dim": self.hidden_dim, "num_heads": self.num_heads,
                        "composition": self.composition})
         return config
+
+
+def _by_direction(x, kernel):
+    """``einsum("bzti,zio->bzto", x, kernel)`` as one ``[2, B * T, i] @ [2, i, o]`` product."""
+    shape = tf.shape(x)
+    flat = tf.reshape(tf.transpose(x, [1, 0, 2, 3]), [2, -1, x.shape[-1]])
+    out = tf.reshape(tf.matmul(flat, kernel), [2, shape[0], shape[2], kernel.shape[-1]])
+    return tf.transpose(out, [1, 0, 2, 3])
