@@ -24,7 +24,11 @@ and, on request, variants of ``glomo``:
   first), so a step only mixes them and applies the mixed graphs;
 * ``glomo_topk`` (``--top-k K``): ``GlomoTransfer(top_k=K)``, the predictor run online and its
   graphs cut to the K heaviest sources per unit, mixed by gather + weighted sum;
-* ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form.
+* ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form;
+* ``glomo_uniform`` (``--uniform``): ``GlomoTransfer(graph_mode="uniform")``, the same mixtures and
+  gated fusion on one uniform graph per direction and no predictor: what the layer costs apart
+  from the graphs (the paper's fusion, ``[H ; M_1 H ; ...]`` through two ``Dense`` layers, is the
+  bulk of it).
 
 Each model is compiled (Adam, sparse categorical cross-entropy; ``jit_compile`` from ``--xla``) and
 ``model.train_on_batch`` is timed on random token ids with every position real (the call returns
@@ -77,6 +81,9 @@ def parse_args(argv=None):
     p.add_argument("--top-k", type=int, default=None, metavar="K",
                    help="also time glomo_topk (GlomoTransfer(top_k=K)); with --cache also "
                         "glomo_cached_topk (the cache in the top-K form)")
+    p.add_argument("--uniform", action="store_true",
+                   help="also time glomo_uniform: GlomoTransfer(graph_mode='uniform'), the "
+                        "mixtures and gated fusion without a predictor or graphs")
     a = p.parse_args(argv)
     if a.top_k is not None and a.top_k < 1:
         p.error("--top-k must be >= 1")
@@ -98,6 +105,8 @@ def variants(a):
         out.append("glomo_topk")
     if a.cache and a.top_k:
         out.append("glomo_cached_topk")
+    if a.uniform:
+        out.append("glomo_uniform")
     return out
 
 
@@ -107,7 +116,10 @@ def build_model(a, variant, keras):
     ids = keras.Input((None,), dtype="int32", name="ids")
     h = keras.layers.Embedding(a.vocab, a.d, mask_zero=True, name="embedding")(ids)
     predictor = None
-    if variant.startswith("glomo"):
+    if variant == "glomo_uniform":
+        h = GlomoTransfer(None, num_mixtures=a.mixtures, graph_mode="uniform",
+                          name="glomo_transfer")([h, ids])
+    elif variant.startswith("glomo"):
         predictor = GraphPredictor(
             vocabulary_size=a.vocab, hidden_dim=a.d, num_layers=a.layers, num_heads=a.heads,
             head_dim=a.head_dim, conv_layers=a.conv_layers, kernel_size=a.kernel,
@@ -192,7 +204,7 @@ def main(argv=None):
         "config": {k: getattr(a, k) for k in ("batch", "seq", "d", "vocab", "layers", "heads",
                                               "head_dim", "conv_layers", "kernel", "mixtures",
                                               "propagation", "xla", "iters", "warmup", "rounds",
-                                              "seed", "cache", "top_k", "threads")},
+                                              "seed", "cache", "top_k", "uniform", "threads")},
         "ms_per_step_median": {v: round(1000 * t, 3) for v, t in med.items()},
         "ms_per_step_rounds": {v: [round(1000 * t, 3) for t in ts] for v, ts in per_round.items()},
         "added_ms_per_step": {v: round(1000 * t, 3) for v, t in added.items()},

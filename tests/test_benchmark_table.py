@@ -48,7 +48,8 @@ def transfer_overhead_row(output):
     for variant in r["ratio_added_over_mha_added"]:
         name = {"glomo": "GlomoTransfer", "glomo_cached": "cached",
                 "glomo_cached_candidates": "cached candidates",
-                "glomo_topk": "top-k", "glomo_cached_topk": "cached top-k"}[variant]
+                "glomo_topk": "top-k", "glomo_cached_topk": "cached top-k",
+                "glomo_uniform": "uniform graphs"}[variant]
         cells.append(f"{name} +{added[variant]:.1f} ms ({r['ratio_added_over_mha_added'][variant]:.1f}x,"
                      f" rounds {spread(r['ratio_added_over_mha_added_rounds'][variant], 'x')})")
     config = r["config"]

@@ -97,10 +97,13 @@ def test_explicit_skipped_beyond_max_t():
 
 @pytest.mark.slow
 def test_transfer_overhead_cache_and_top_k_modes():
-    """--cache --top-k add glomo_cached, glomo_topk and glomo_cached_topk beside the three
-    models, each with its added cost's ratio to self-attention's, and the cache's filling cost."""
-    result = finish(start("transfer_overhead.py", [*OVERHEAD_ARGS, "--cache", "--top-k", "2"]))
-    variants = {"none", "glomo", "mha", "glomo_cached", "glomo_topk", "glomo_cached_topk"}
+    """--cache --top-k --uniform add glomo_cached, glomo_cached_candidates, glomo_topk,
+    glomo_cached_topk and glomo_uniform beside the three models, each with its added cost's ratio
+    to self-attention's, and the caches' filling cost."""
+    result = finish(start("transfer_overhead.py",
+                          [*OVERHEAD_ARGS, "--cache", "--top-k", "2", "--uniform"]))
+    variants = {"none", "glomo", "mha", "glomo_cached", "glomo_cached_candidates", "glomo_topk",
+                "glomo_cached_topk", "glomo_uniform"}
     assert set(result["ms_per_step_median"]) == variants
     assert all(v > 0 for v in result["ms_per_step_median"].values())
     assert set(result["ratio_added_over_mha_added"]) == variants - {"none", "mha"}
@@ -108,10 +111,12 @@ def test_transfer_overhead_cache_and_top_k_modes():
     assert result["ratio_added_over_mha_added"]["glomo"] == \
         result["ratio_glomo_added_over_mha_added"]
     fill = result["cache_fill"]
-    assert set(fill) == {"glomo_cached", "glomo_cached_topk"}
+    assert set(fill) == {"glomo_cached", "glomo_cached_candidates", "glomo_cached_topk"}
     assert fill["glomo_cached"]["exact"] is True and fill["glomo_cached"]["ms_total"] > 0
     assert fill["glomo_cached"]["batches"] == 1
     assert (result["config"]["cache"], result["config"]["top_k"]) == (True, 2)
+    assert result["config"]["uniform"] is True
+    assert result["parameters"]["glomo_uniform"]["non_trainable"] == 0  # no predictor
     # Fresh weights: the cached model starts from the online one's, so the first losses agree.
     assert result["first_step_loss"]["glomo_cached"] == pytest.approx(
         result["first_step_loss"]["glomo"], abs=1e-3)

@@ -168,11 +168,15 @@ class FeaturePredictor(keras.layers.Layer):
         if self.composition == "residual":
             return features + tf.einsum("bzti,zio->bzto", cell_input, self._w(self.kernel)) + \
                 self._w(self.bias)
-        gates_x = _by_direction(cell_input, self._w(self.input_kernel))
-        gates_x = gates_x + self._w(self.input_bias)
-        gates_h = _by_direction(features, self._w(self.recurrent_kernel))
-        gates_h = gates_h + self._w(self.recurrent_bias)
-        return gru_update(gates_x, gates_h, features)
+        # The cell runs direction-major, [2, B * T, .]: one product per direction and gate set,
+        # and the bias gradients sum contiguous rows (as einsums over [B, 2, T, .], the weight
+        # gradients transposed both operands).
+        state = _direction_major(features)
+        gates_x = tf.matmul(_direction_major(cell_input), self._w(self.input_kernel))
+        gates_x = gates_x + self._w(self.input_bias)[0]
+        gates_h = tf.matmul(state, self._w(self.recurrent_kernel))
+        gates_h = gates_h + self._w(self.recurrent_bias)[0]
+        return _batch_major(gru_update(gates_x, gates_h, state), tf.shape(features))
 
     _w = compute_cast
 
@@ -186,9 +190,11 @@ class FeaturePredictor(keras.layers.Layer):
         return config
 
 
-def _by_direction(x, kernel):
-    """``einsum("bzti,zio->bzto", x, kernel)`` as one ``[2, B * T, i] @ [2, i, o]`` product."""
-    shape = tf.shape(x)
-    flat = tf.reshape(tf.transpose(x, [1, 0, 2, 3]), [2, -1, x.shape[-1]])
-    out = tf.reshape(tf.matmul(flat, kernel), [2, shape[0], shape[2], kernel.shape[-1]])
-    return tf.transpose(out, [1, 0, 2, 3])
+def _direction_major(x):
+    """``[B, 2, T, c] -> [2, B * T, c]``."""
+    return tf.reshape(tf.transpose(x, [1, 0, 2, 3]), [2, -1, x.shape[-1]])
+
+
+def _batch_major(x, shape):
+    """``[2, B * T, c] -> [B, 2, T, c]`` for ``shape`` ``[B, 2, T, c]``."""
+    return tf.transpose(tf.reshape(x, [2, shape[0], shape[2], x.shape[-1]]), [1, 0, 2, 3])
