@@ -319,12 +319,13 @@ def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
     with open(os.path.join(REPO, "benchmarks", "outputs", "transfer_overhead_cache_topk.json"),
               encoding="utf-8") as handle:
         result = json.load(handle)
-    assert result["config"]["cache"] and result["config"]["top_k"] == 8
+    config = result["config"]
+    assert config["cache"] and config["top_k"] == 8 and config["uniform"]
     added, ratio = result["added_ms_per_step"], result["ratio_added_over_mha_added"]
     spread = result["ratio_added_over_mha_added_range"]
     for mode, label in (("glomo", "online"), ("glomo_cached", "cached"),
                         ("glomo_cached_candidates", "cached candidates"),
-                        ("glomo_cached_topk", "cached top-8")):
+                        ("glomo_cached_topk", "cached top-8"), ("glomo_uniform", "uniform graphs")):
         row = (f"{label} +{added[mode]:.1f} ms, {ratio[mode]:.1f}x (rounds "
                f"{spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)")
         assert row in readme, row
@@ -342,7 +343,10 @@ def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
            f"{spread['glomo'][1]:.1f}x), cached {ratio['glomo_cached']:.1f}x (rounds "
            f"{spread['glomo_cached'][0]:.1f}-{spread['glomo_cached'][1]:.1f}x), cached candidates "
            f"{ratio['glomo_cached_candidates']:.1f}x (rounds "
-           f"{spread['glomo_cached_candidates'][0]:.1f}-{spread['glomo_cached_candidates'][1]:.1f}x)")
+           f"{spread['glomo_cached_candidates'][0]:.1f}-"
+           f"{spread['glomo_cached_candidates'][1]:.1f}x), "
+           f"uniform graphs {ratio['glomo_uniform']:.1f}x (rounds {spread['glomo_uniform'][0]:.1f}-"
+           f"{spread['glomo_uniform'][1]:.1f}x)")
     assert row in readme, row
     with open(os.path.join(outputs, "sparse_mixture.json"), encoding="utf-8") as handle:
         sweep = json.load(handle)

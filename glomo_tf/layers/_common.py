@@ -79,6 +79,7 @@ def sequence_inputs(layer, inputs, mask):
 
 
 def direction_rows(x, rows, axis):
-    """``x [B, 2, ...]`` cut to each direction's ``rows[z]`` along ``axis`` (``rows`` int ``[2, S]``)."""
+    """``x [B, 2, ...]`` cut to each direction's ``rows[z]`` along ``axis`` (``rows``: int
+    ``[2, S]``)."""
     swap = [1, 0] + list(range(2, x.shape.rank))
     return tf.transpose(tf.gather(tf.transpose(x, swap), rows, axis=axis, batch_dims=1), swap)
