@@ -122,6 +122,15 @@ def test_graphs_with_top_rows_are_calls_graphs_cut_to_the_rows(kwargs, training,
                                    **TOLERANCE)
 
 
+def test_graphs_with_top_rows_builds_an_unbuilt_predictor():
+    layer = GraphPredictor(vocabulary_size=20, hidden_dim=8, num_layers=2, num_heads=2,
+                           head_dim=4, conv_layers=1)
+    out = layer.graphs_with_top_rows(IDS, tf.constant([[1, 2], [3, 4]]))
+    assert out["top_rows"].shape == (len(IDS), 2, 2, 2, IDS.shape[1])
+    sums = tf.reduce_sum(out["top_rows"], -1).numpy()  # each row sums to 1, or 0 if empty
+    assert np.all((np.abs(sums - 1) < 1e-5) | (sums == 0)) and (sums > 0.5).any()
+
+
 def test_graphs_with_top_rows_refuses_a_coupled_predictor(rng):
     layer = predictor(rng, coupled=True)
     with pytest.raises(ValueError, match="decoupled"):

@@ -270,6 +270,8 @@ class GraphPredictor(keras.layers.Layer):
         if self.coupled:
             raise ValueError("graphs_with_top_rows needs a decoupled GraphPredictor; a coupled "
                              "one composes its graphs layer by layer (use call()).")
+        if not self.built:
+            self.build((None, None))
         rows = tf.cast(rows, tf.int32)
         if training and self._live_row_hinge:
             out = self(token_ids, training=training)
