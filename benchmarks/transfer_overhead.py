@@ -26,9 +26,8 @@ and, on request, variants of ``glomo``:
   graphs cut to the K heaviest sources per unit, mixed by gather + weighted sum;
 * ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form;
 * ``glomo_uniform`` (``--uniform``): ``GlomoTransfer(graph_mode="uniform")``, the same mixtures and
-  gated fusion on one uniform graph per direction and no predictor: what the layer costs apart
-  from the graphs (the paper's fusion, ``[H ; M_1 H ; ...]`` through two ``Dense`` layers, is the
-  bulk of it).
+  gated fusion (the paper's ``[H ; M_1 H ; ...]`` through two ``Dense`` layers) on one uniform
+  graph per direction and no predictor: what the layer costs apart from the graphs.
 
 Each model is compiled (Adam, sparse categorical cross-entropy; ``jit_compile`` from ``--xla``) and
 ``model.train_on_batch`` is timed on random token ids with every position real (the call returns
