@@ -133,5 +133,5 @@ def test_graphs_with_top_rows_builds_an_unbuilt_predictor():
 
 def test_graphs_with_top_rows_refuses_a_coupled_predictor(rng):
     layer = predictor(rng, coupled=True)
-    with pytest.raises(ValueError, match="decoupled"):
+    with pytest.raises(ValueError, match="graphs_with_top_rows needs coupled=False"):
         layer.graphs_with_top_rows(IDS, tf.zeros([2, 3], tf.int32))

@@ -267,11 +267,7 @@ class GraphPredictor(keras.layers.Layer):
         training with the live-row hinge, which needs every row, the full graphs are computed
         and cut.
         """
-        if self.coupled:
-            raise ValueError("graphs_with_top_rows needs a decoupled GraphPredictor; a coupled "
-                             "one composes its graphs layer by layer (use call()).")
-        if not self.built:
-            self.build((None, None))
+        self._ready_decoupled("graphs_with_top_rows")
         rows = tf.cast(rows, tf.int32)
         if training and self._live_row_hinge:
             out = self(token_ids, training=training)
@@ -283,6 +279,14 @@ class GraphPredictor(keras.layers.Layer):
         admissible = ops.admissible_sources(padding_mask)
         graphs, top_rows = self._graphs(queries, keys, admissible, training, top_rows=rows)
         return {"graphs": graphs, "top_rows": top_rows, "padding_mask": padding_mask}
+
+    def _ready_decoupled(self, method):
+        """Refuses a coupled predictor in ``method`` (one-line error); builds an unbuilt one."""
+        if self.coupled:
+            raise ValueError("A coupled GraphPredictor computes its graphs layer by layer from "
+                             f"its own features; {method} needs coupled=False.")
+        if not self.built:
+            self.build((None, None))
 
     def _conv_stacks(self, token_ids, training):
         """The padding mask ``[B, T]`` and the CNNs' outputs, a list of ``[B, T, d]``."""
@@ -410,11 +414,7 @@ class GraphPredictor(keras.layers.Layer):
         ``[B, 2, L, K, T, T]`` through this predictor's projections, threshold and normalisation,
         over the sources ``padding_mask [B, T]`` admits. What :meth:`call` does after its CNNs;
         :class:`~glomo_tf.GraphPredictor2D` feeds it masked convolutions of pixels."""
-        if self.coupled:
-            raise ValueError("A coupled GraphPredictor computes its graphs layer by layer from "
-                             "its own features; graphs_from_features needs coupled=False.")
-        if not self.built:
-            self.build((None, None))
+        self._ready_decoupled("graphs_from_features")
         queries = tf.cast(queries, self.compute_dtype)
         keys = tf.cast(keys, self.compute_dtype)
         return self._graphs(queries, keys, ops.admissible_sources(padding_mask), training)
