@@ -317,6 +317,7 @@ def run_transfer(config, record=None):
             raise ValueError(str(error).replace("\n", " ")) from None
         check_vocabulary_matches(tokenizer.vocabulary, predictor)
     fixed_ids = encode(tokenizer, texts, config.max_length) if tokenizer else None
+
     @functools.cache
     def graph_cache():
         """The predictor's graphs of every text, computed when the first run needs them (a

@@ -132,8 +132,8 @@ class FeaturePredictor(keras.layers.Layer):
         if not self.built:
             self.build(features.shape, graphs.shape)
         features, graphs = self._inputs(features, graphs)
-        lower = graphs.shape[2] if top_rows is not None else graphs.shape[2] - 1
-        lower = self._compose_layers(features, graphs, padding_mask, lower)
+        below = graphs.shape[2] if top_rows is not None else graphs.shape[2] - 1
+        lower = self._compose_layers(features, graphs, padding_mask, below)
         features = lower[-1] if lower else features
         positions = tf.cast(positions, tf.int32)
         if top_rows is None:

@@ -186,11 +186,11 @@ class GlomoPretrainer(keras.Model):
         if (self.objective == "unit" and self.num_positions is not None
                 and self.feature_predictor is not None):
             positions = [self.sample_positions(length) for _ in self.decoders]
-            out = self.graph_predictor.graphs_with_top_rows(token_ids, tf.stack(positions),
-                                                            training=training)
+            rows = tf.stack(positions)  # [2, S]
+            out = self.graph_predictor.graphs_with_top_rows(token_ids, rows, training=training)
             top = self.feature_predictor.top_features(
-                self.graph_predictor.embed(token_ids), out["graphs"], tf.stack(positions),
-                out["padding_mask"], top_rows=out["top_rows"])  # [B, 2, S, d]
+                self.graph_predictor.embed(token_ids), out["graphs"], rows, out["padding_mask"],
+                top_rows=out["top_rows"])  # [B, 2, S, d]
             return [(top[:, z], positions[z]) for z in range(len(self.decoders))]
         out = self(token_ids, training=training)
         top = out["features"][:, :, -1]  # [B, 2, T, d]
