@@ -70,12 +70,13 @@ def test_cache_holds_each_sentences_graphs_computed_alone(rng, top_k):
 
 def np_candidates(graphs):
     """A sentence's candidate matrices by NumPy: the heads of every layer, then the chains
-    ``Lambda^l = G^l Lambda^{l-1}``, rows first: ``[2, n, C, n]`` from ``[2, L, K, n, n]``."""
+    ``Lambda^l = G^l Lambda^{l-1}`` of layers 2..L (``Lambda^1`` is the first layer's heads),
+    rows first: ``[2, n, C, n]`` from ``[2, L, K, n, n]``."""
     chains = [graphs[:, 0]]
     for layer in range(1, graphs.shape[1]):
         chains.append(np.einsum("zkts,zksu->zktu", graphs[:, layer], chains[-1]))
     groups = [graphs[:, l, k] for l in range(graphs.shape[1]) for k in range(graphs.shape[2])]
-    groups += [c[:, k] for c in chains for k in range(graphs.shape[2])]
+    groups += [c[:, k] for c in chains[1:] for k in range(graphs.shape[2])]
     return np.stack(groups, axis=1).transpose(0, 2, 1, 3)
 
 
@@ -84,9 +85,9 @@ def test_candidates_cache_holds_each_sentences_candidates_and_a_subset_keeps_the
     ids = random_ids(rng)
     cache = graph_cache.compute_graphs(predictor, ids, batch_size=8, candidates=True)
     plain = graph_cache.compute_graphs(predictor, ids, batch_size=8)
-    assert cache.num_candidates == 8  # 2 layers x 2 heads, and their products
+    assert cache.num_candidates == 6  # 2 layers x 2 heads, and the products of layer 2
     assert cache.nbytes == cache.candidates.nbytes  # the graphs are not stored twice
-    assert cache.candidates.size == 2 * plain.weights.size
+    assert 2 * cache.candidates.size == 3 * plain.weights.size
     for i in range(len(ids)):
         np.testing.assert_array_equal(cache.sentence(i), plain.sentence(i))
         np.testing.assert_allclose(cache.sentence_candidates(i), np_candidates(cache.sentence(i)),

@@ -303,8 +303,9 @@ def test_auto_propagation_with_run_time_length_and_gradients(rng, conditioned):
     """``auto`` under a tf.function whose T is unknown at trace time (a tf.cond) takes the cheaper
     form per call; outputs and gradients equal the chained form's on both sides of the switch."""
     d, m, layers, heads = 4, 1, 3, 2
-    # By hand: chains 4 T^3 + m (C + d) T^2 = 4 T^3 + 16 T^2 against (6 + 4) d T^2 = 40 T^2,
-    # so the explicit form is cheaper for T < 6.
+    # By hand: chains 4 T^3 + m (C + d) T^2 = 4 T^3 + 14 T^2 (C = 10 distinct candidates: the 6
+    # heads and the products of layers 2 and 3) against (6 + 4) d T^2 = 40 T^2, so the explicit
+    # form is cheaper for T < 6.5.
     auto = GraphMixture(num_mixtures=m, conditioned=conditioned)
     chained = GraphMixture(num_mixtures=m, conditioned=conditioned, propagation="chained")
     for mix in (auto, chained):
@@ -323,8 +324,8 @@ def test_auto_propagation_with_run_time_length_and_gradients(rng, conditioned):
     spec = [tf.TensorSpec((None, None, d)), tf.TensorSpec((None, 2, layers, heads, None, None))]
     run_auto = tf.function(lambda h, g: step(auto, h, g), input_signature=spec)
     run_chained = tf.function(lambda h, g: step(chained, h, g), input_signature=spec)
-    for steps in (2, 5, 6, 9):
-        assert bool(auto.explicit_is_cheaper(steps, d, layers, heads)) == (steps < 6)
+    for steps in (2, 6, 7, 9):
+        assert bool(auto.explicit_is_cheaper(steps, d, layers, heads)) == (steps < 7)
         features = rng.normal(size=(2, steps, d)).astype("float32")
         graphs = rng.random((2, 2, layers, heads, steps, steps)).astype("float32")
         graphs /= graphs.sum(-1, keepdims=True)
@@ -438,8 +439,9 @@ def test_top_k_form_with_run_time_length_chooses_gather_or_dense_alike(rng, monk
 @pytest.mark.parametrize("num_layers", [1, 2, 3])
 def test_given_candidate_matrices_equal_the_explicit_form(num_layers):
     """Candidates formed once (GraphMixture.candidate_matrices, checked against NumPy: the heads,
-    then the chains Lambda^l = G^l Lambda^{l-1}, rows first) and given as {"candidates"} give
-    what the layer computes from the graphs, in every propagation."""
+    then the chains Lambda^l = G^l Lambda^{l-1} of layers 2..L, rows first) and given as
+    {"candidates"} give what the layer computes from the graphs, in every propagation; so do all
+    2 L K candidates of the mixture weights (Lambda^1 repeated), each with its own weight."""
     from glomo_tf import ops
     rng = np.random.default_rng(num_layers)
     H = rng.normal(size=(2, 5, 3)).astype("float32")
@@ -452,23 +454,32 @@ def test_given_candidate_matrices_equal_the_explicit_form(num_layers):
         np.testing.assert_allclose(products[:, :, layer - 1], chains[-1], rtol=1e-5)
     for include in (True, False):
         groups = [G[:, :, l, k] for l in range(num_layers) for k in range(2)]
+        every = list(groups)
         if include:
-            groups += [chains[l][:, :, k] for l in range(num_layers) for k in range(2)]
+            groups += [chains[l][:, :, k] for l in range(1, num_layers) for k in range(2)]
+            every += [chains[l][:, :, k] for l in range(num_layers) for k in range(2)]
         expected = np.stack(groups, axis=2).transpose(0, 1, 3, 2, 4)  # [B, 2, T, C, T]
+        every = np.stack(every, axis=2).transpose(0, 1, 3, 2, 4)
         given = GraphMixture.candidate_matrices(G, include).numpy()
         np.testing.assert_allclose(given, expected, rtol=1e-5, atol=1e-7)
         for propagation in ("explicit", "chained", "auto"):
             mix = GraphMixture(num_mixtures=2, include_products=include, propagation=propagation)
             for conditioned in (True, False):
                 mix.conditioned = conditioned
-                np.testing.assert_allclose(mix(H, {"candidates": given}).numpy(),
-                                           mix(H, G).numpy(), rtol=1e-5, atol=1e-6)
+                mix(H, G)  # built on the graphs: a weight per candidate of the paper
+                randomize(mix, rng)
+                online = mix(H, G).numpy()
+                for candidates in (given, every):
+                    np.testing.assert_allclose(mix(H, {"candidates": candidates}).numpy(),
+                                               online, rtol=1e-5, atol=1e-6)
                 np.testing.assert_allclose(
                     mix.explicit_mixed_graphs(H, {"candidates": given}).numpy(),
                     mix.explicit_mixed_graphs(H, G).numpy(), rtol=1e-5, atol=1e-6)
     mix = GraphMixture(num_mixtures=2)
     with pytest.raises(ValueError, match="got keys"):
         mix(H, {"graphs": G})
-    mix(H, G)  # built on the graphs: 4 L candidates with the products
-    with pytest.raises(ValueError, match=r"\[batch, 2, T, %d, T\]" % (4 * num_layers)):
-        mix(H, {"candidates": GraphMixture.candidate_matrices(G, include_products=False)})
+    mix(H, G)  # built on the graphs: 4 L weights, 4 L - 2 distinct candidates
+    if num_layers > 1:  # (with one layer the heads are all the distinct candidates)
+        with pytest.raises(ValueError, match=r"\[batch, 2, T, %d or %d, T\]"
+                           % (4 * num_layers - 2, 4 * num_layers)):
+            mix(H, {"candidates": GraphMixture.candidate_matrices(G, include_products=False)})

@@ -24,9 +24,9 @@ layers in place of the online predictor:
 A dense cache may also hold each sentence's candidate matrices as the mixture reads them
 (``candidates=True``: :meth:`glomo_tf.GraphMixture.candidate_matrices`, the graphs and their
 hierarchical products laid out rows first, ``[2, n, C, n]``), so a step only mixes them: no
-products, stacking or transposes of the graphs every step. They take twice the graphs' memory
-(with the products; the graphs themselves are among them); its batches carry
-``{"candidates": [b, 2, T, C, T]}``.
+products, stacking or transposes of the graphs every step. With the products they take
+``(2 L - 1) / L`` times the graphs' memory (the graphs themselves are among them, and
+``Lambda^1`` is the first layer's graphs); its batches carry ``{"candidates": [b, 2, T, C, T]}``.
 
 A dense cache (the default) gives the online path's outputs and gradients up to float round-off,
 and so does a top-k cache whose ``k`` covers every row's sources (``cache.exact``). A fine-tuned
@@ -211,8 +211,7 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
                       lengths.astype("int64"), shape, None if top_k is None else int(top_k),
                       support,
                       np.concatenate(candidates_of).astype("float32") if candidates else None,
-                      int(np.prod(shape[1:])) * (1 + bool(include_products)) if candidates
-                      else 0)
+                      formed.shape[3] if candidates and len(order) else 0)
 
 
 def batch_of(cache, rows, length):

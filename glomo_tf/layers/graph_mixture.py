@@ -1,6 +1,7 @@
 """Mixtures of transferred graphs applied to a feature sequence (GLoMo Section 2.2)."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from glomo_tf import ops
@@ -31,7 +32,9 @@ class GraphMixture(keras.layers.Layer):
     * ``"chained"``: every candidate applied to ``H`` (``G^l_k H`` and the chains), then mixed:
       about ``(2L - 1) K T^2 d`` multiply-adds per direction, ``T^2`` growth;
     * ``"explicit"``: the products ``Lambda^l_k`` formed as ``T x T`` matrices, mixed into ``M``,
-      and ``M`` applied once: about ``(L - 1) K T^3 + m (C + d) T^2``.
+      and ``M`` applied once: about ``(L - 1) K T^3 + m (C + d) T^2`` (``C`` the distinct
+      candidates, :meth:`distinct_candidates`: ``Lambda^1`` is ``G^1``, mixed once with the sum
+      of its two weights).
     * ``"auto"`` (default) takes whichever of the two counts is smaller for the call's ``T``
       (``tf.cond`` when ``T`` is only known at run time). For short sentences the explicit form
       is several times faster (it applies one mixed graph to ``H`` instead of ``2 L K``
@@ -102,9 +105,20 @@ class GraphMixture(keras.layers.Layer):
         self.supports_masking = True
 
     def num_candidates(self, num_layers, num_heads):
+        """The paper's candidates per direction, one mixture weight each: ``L K`` heads, and
+        with ``include_products`` the ``L K`` products ``Lambda^l`` too."""
         if self.graph_mode == "uniform":
             return 1
         return num_layers * num_heads * (2 if self.include_products else 1)
+
+    def distinct_candidates(self, num_layers, num_heads):
+        """The distinct candidate matrices among :meth:`num_candidates`: ``Lambda^1 = G^1``, so
+        with ``include_products`` the first layer's heads count once, ``(2 L - 1) K``. The
+        mixtures are formed over these, each head of the first layer weighted by the sum of its
+        two weights (the same sums as mixing the duplicates, a quarter less work at 2 layers)."""
+        if self.graph_mode == "uniform":
+            return 1
+        return num_heads * (2 * num_layers - 1 if self.include_products else num_layers)
 
     def build(self, features_shape, graphs_shape=None, padding_mask_shape=None):
         d = features_shape[-1]
@@ -115,8 +129,10 @@ class GraphMixture(keras.layers.Layer):
                 graphs_shape = graphs_shape[0]
             if isinstance(graphs_shape, dict):
                 self._candidates = _candidates_form(graphs_shape)[3]
+                self._layers_heads = None  # given candidates only: no duplicates known to fold
             else:
                 self._candidates = self.num_candidates(graphs_shape[2], graphs_shape[3])
+                self._layers_heads = (graphs_shape[2], graphs_shape[3])
             if self.conditioned:
                 self.weight_kernel = self.add_weight(
                     name="weight_kernel", shape=(d, 2, self.num_mixtures, self._candidates),
@@ -158,17 +174,40 @@ class GraphMixture(keras.layers.Layer):
         return mixed * scale[None, None, :, :, None]
 
     def _mix_given(self, graphs, weights):
-        """The unscaled mixed graphs ``[B, 2, T, mixtures, T]`` of given candidate matrices."""
+        """The unscaled mixed graphs ``[B, 2, T, mixtures, T]`` of given candidate matrices: the
+        distinct ones (:meth:`candidate_matrices`), or all ``C`` of the mixture weights."""
         candidates = tf.convert_to_tensor(graphs["candidates"])
-        _candidates_form({"candidates": candidates.shape}, self._candidates)
+        distinct = (self._candidates if self._layers_heads is None
+                    else self.distinct_candidates(*self._layers_heads))
+        count = _candidates_form({"candidates": candidates.shape},
+                                 sorted({distinct, self._candidates}))[3]
+        if count != self._candidates:
+            weights = self._fold(weights)
         return self._mix_rows_first(tf.cast(candidates, weights.dtype), weights)
+
+    def _fold(self, weights):
+        """Mixture weights ``[..., 2 L K]`` onto the distinct candidates ``[..., (2 L - 1) K]``
+        (:meth:`distinct_candidates`): each head of the first layer takes its own weight plus
+        that of ``Lambda^1``, its duplicate."""
+        if not self.include_products or self._layers_heads is None:
+            return weights
+        layers, heads = self._layers_heads
+        # A 0/1 [2 L K, (2 L - 1) K] product: slices and their sum would cost a zero-filled
+        # gradient of the whole weights per slice.
+        fold = np.eye(2 * layers * heads, dtype=weights.dtype.as_numpy_dtype)
+        fold[:, :heads] += fold[:, layers * heads:(layers + 1) * heads]
+        fold = np.delete(fold, np.s_[layers * heads:(layers + 1) * heads], axis=1)
+        shape = tf.shape(weights)
+        folded = tf.matmul(tf.reshape(weights, [-1, fold.shape[0]]), fold)
+        return tf.reshape(folded, tf.concat([shape[:-1], [fold.shape[1]]], 0))
 
     @staticmethod
     def candidate_matrices(graphs, include_products=True):
-        """The candidates of dense ``graphs [B, 2, L, K, T, T]`` as matrices, rows first:
-        ``[B, 2, T, C, T]``, the heads of every layer then (``include_products``) the hierarchical
-        products ``Lambda^1..Lambda^L`` (:func:`glomo_tf.ops.hierarchical_products`), in the
-        order of the mixture weights' ``C`` axis."""
+        """The distinct candidates of dense ``graphs [B, 2, L, K, T, T]`` as matrices, rows
+        first: ``[B, 2, T, C, T]``, the heads of every layer then (``include_products``) the
+        hierarchical products ``Lambda^2..Lambda^L`` (:func:`glomo_tf.ops.hierarchical_products`;
+        ``Lambda^1`` is the first layer's heads, not repeated), ``C`` =
+        :meth:`distinct_candidates`."""
         return _rows_first(_candidate_groups(tf.convert_to_tensor(graphs), include_products))
 
     def _from_top_k(self, features, graphs, weights):
@@ -224,14 +263,14 @@ class GraphMixture(keras.layers.Layer):
         ``num_heads`` heads (per direction; the shared mixture-weight cost is left out)."""
         L, K, m, d = num_layers, num_heads, self.num_mixtures, width
         chains = (L - 1) * K if self.include_products else 0
-        candidates = self.num_candidates(L, K)
+        candidates = self.distinct_candidates(L, K)
         # chained: (L K + chains) T^2 d; explicit: chains T^3 + m (C + d) T^2 (both per direction).
         return chains * steps < (L * K + chains) * d - m * (candidates + d)
 
     def _chained(self, features, graphs, weights):
         """``M H`` from every candidate applied to ``H`` (``[B, T, 2, mixtures, d]``, unscaled)."""
         single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
-        candidates = [single, chained] if self.include_products else [single]
+        candidates = [single, chained[:, :, 1:]] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
     def _top_k(self, features, graphs, weights):
@@ -239,7 +278,7 @@ class GraphMixture(keras.layers.Layer):
         indices, values = graphs
         values = tf.cast(values, self.compute_dtype)
         single, chained = ops.propagate_top_k(tf.cast(indices, tf.int32), values, features)
-        candidates = [single, chained] if self.include_products else [single]
+        candidates = [single, chained[:, :, 1:]] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
     def _explicit(self, features, graphs, weights):
@@ -262,7 +301,8 @@ class GraphMixture(keras.layers.Layer):
         return self._mix_candidates(_candidate_groups(graphs, self.include_products), weights)
 
     def _mix_candidates(self, candidates, weights):
-        """Mixes groups of candidates ``[B, 2, L, K, T, X]`` (singles first) with ``weights``:
+        """Mixes the distinct candidates, in groups ``[B, 2, L_g, K, T, X]`` (the heads first,
+        then the chains of layers 2..L), with ``weights`` (folded, :meth:`_fold`):
         ``[B, 2, T, mixtures, X]``.
 
         The candidates are laid out ``[B, 2, T, C, X]`` and mixed by one batched product per
@@ -270,7 +310,7 @@ class GraphMixture(keras.layers.Layer):
         ``einsum("btzmc,bzctx->btzmx")``, which TensorFlow lowers to about twice the time on a
         CPU (forward and backward, ``GraphMixture`` at the MR sizes).
         """
-        return self._mix_rows_first(_rows_first(candidates), weights)
+        return self._mix_rows_first(_rows_first(candidates), self._fold(weights))
 
     def _mix_rows_first(self, stacked, weights):
         """Candidates laid out ``[B, 2, T, C, X]`` mixed with ``weights``: ``[B, 2, T, m, X]``."""
@@ -318,33 +358,34 @@ class GraphMixture(keras.layers.Layer):
 
 
 def _candidate_groups(graphs, include_products):
-    """The candidate matrices of dense ``graphs`` in groups ``[B, 2, L, K, T, T]``: the heads,
-    then (``include_products``) the hierarchical products ``Lambda^1..Lambda^L``."""
+    """The distinct candidate matrices of dense ``graphs`` in groups ``[B, 2, L_g, K, T, T]``: the
+    heads, then (``include_products``) the hierarchical products ``Lambda^2..Lambda^L``."""
     groups = [graphs]
-    if include_products:
-        groups.append(tf.concat([graphs[:, :, :1], ops.hierarchical_products(graphs)], axis=2))
+    if include_products and graphs.shape[2] != 1:
+        groups.append(ops.hierarchical_products(graphs))
     return groups
 
 
 def _rows_first(groups):
-    """Groups of candidates ``[B, 2, L, K, T, X]`` laid out ``[B, 2, T, C, X]`` (groups first,
+    """Groups of candidates ``[B, 2, L_g, K, T, X]`` laid out ``[B, 2, T, C, X]`` (groups first,
     then layers, then heads along ``C``): the layout the mixture weights multiply."""
     shape = tf.shape(groups[0])
-    stacked = tf.stack(groups, axis=2)  # [B, 2, G, L, K, T, X]
-    stacked = tf.reshape(stacked, [shape[0], 2, -1, shape[4], shape[5]])  # [B, 2, C, T, X]
+    stacked = tf.concat([tf.reshape(group, [shape[0], 2, -1, shape[4], shape[5]])
+                         for group in groups if group.shape[2] != 0], axis=2)  # [B, 2, C, T, X]
     return tf.transpose(stacked, [0, 1, 3, 2, 4])
 
 
 def _candidates_form(shapes, candidates=None):
     """The shape of ``{"candidates": [batch, 2, T, C, T]}``, checked (``C`` against
-    ``candidates`` when given)."""
+    ``candidates``, a count or a list of the counts allowed, when given)."""
     if set(shapes) != {"candidates"}:
         raise ValueError("Graphs given as a dict must be {'candidates': [batch, 2, T, C, T]} "
                          f"(GraphMixture.candidate_matrices); got keys {sorted(shapes)}.")
     shape = tuple(shapes["candidates"])
+    allowed = [candidates] if isinstance(candidates, int) else candidates
     if len(shape) != 5 or shape[1] not in (2, None) or (
-            candidates is not None and shape[3] not in (candidates, None)):
-        expected = "C" if candidates is None else str(candidates)
+            allowed is not None and shape[3] not in (*allowed, None)):
+        expected = "C" if allowed is None else " or ".join(map(str, allowed))
         raise ValueError(
             f"Candidate matrices must be [batch, 2, T, {expected}, T] (GraphMixture."
             "candidate_matrices with this mixture's include_products, from the same predictor); "
