@@ -264,6 +264,48 @@ def test_uniform_graph_mode(rng):
     np.testing.assert_allclose(model(IDS).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("graph_mode", ["learned", "uniform"])
+def test_gradients_match_finite_differences_of_numpy(rng, graph_mode):
+    """The gradients of the features and of every weight of the layer (the mixtures' scales,
+    which the layer applies on its fusion kernel's rows, included) along random directions equal
+    central differences of the NumPy transfer."""
+    padding = IDS != 0
+    graphs = random_graphs(rng, padding) if graph_mode == "learned" else None
+    features = rng.normal(size=IDS.shape + (5,)).astype("float32")
+    transfer = GlomoTransfer(num_mixtures=2, graph_mode=graph_mode)
+    inputs = [tf.constant(features), tf.constant(graphs) if graphs is not None else
+              tf.constant(IDS)]
+    # zero at the padding, where the layer given graphs (no mask) leaves its output unmasked
+    probe = rng.normal(size=transfer(inputs).shape) * padding[:, :, None]
+    randomize_transfer(transfer, rng)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs[0])
+        loss = tf.reduce_sum(transfer(inputs) * tf.constant(probe, tf.float32))
+    variables = transfer.trainable_weights
+    assert {v.path.split("/")[-1] for v in variables} >= {"scale", "kernel", "bias"}
+    grads = tape.gradient(loss, [inputs[0]] + variables)
+
+    def numpy_loss(x):
+        return float(np.sum(numpy_transfer(x, graphs, padding, transfer) * probe))
+
+    eps = 1e-2
+    direction = rng.normal(size=features.shape)
+    expected = (numpy_loss(features + eps * direction)
+                - numpy_loss(features - eps * direction)) / (2 * eps)
+    np.testing.assert_allclose(np.sum(grads[0].numpy() * direction), expected, rtol=2e-3)
+    for variable, grad in zip(variables, grads[1:]):
+        value = variable.numpy()
+        direction = rng.normal(size=value.shape)
+        losses = []
+        for sign in (1, -1):
+            variable.assign((value + sign * eps * direction).astype("float32"))
+            losses.append(numpy_loss(features))
+        variable.assign(value)
+        np.testing.assert_allclose(np.sum(grad.numpy() * direction),
+                                   (losses[0] - losses[1]) / (2 * eps), rtol=2e-3,
+                                   err_msg=variable.path)
+
+
 def numpy_top_k(graphs, k):
     """``(indices, weights, kept)``: each row's ``k`` largest weights (ties to the lower
     position; empty slots (0, 0)) and the dense graphs holding only those."""

@@ -140,6 +140,10 @@ def test_mixture_matches_explicit_numpy(rng, include_products, conditioned, num_
                              include_products)
     assert out.shape == (B, T, 2, num_mixtures, D)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    unscaled = numpy_mixture(features, graphs, values["weight_logits"], kernel,
+                             np.ones_like(values["scale"]), include_products)
+    np.testing.assert_allclose(mix(features, graphs, scaled=False).numpy(), unscaled,
+                               rtol=1e-4, atol=1e-5)
 
     # The explicit mixed graphs equal the NumPy M, and M @ H equals the call.
     explicit = mix.explicit_mixed_graphs(features, graphs).numpy()
@@ -197,6 +201,8 @@ def test_uniform_mode_matches_numpy(rng, num_mixtures):
     out = mix(features, None, padding).numpy()
     assert out.shape == (B, T, 2, num_mixtures, D)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mix(features, None, padding, scaled=False).numpy(),
+                               expected / scale[None, None, :, :, None], rtol=1e-5, atol=1e-6)
 
     # The keras mask is used when no padding mask is given; graphs are ignored.
     np.testing.assert_allclose(mix(features, mask=padding).numpy(), expected, rtol=1e-5, atol=1e-6)

@@ -216,7 +216,8 @@ class GlomoTransfer(keras.layers.Layer):
                 and not isinstance(graphs, (list, tuple, dict))):
             graphs = ops.top_k_sources(graphs, self.top_k)
         features = tf.cast(features, self.compute_dtype)
-        mixed = self.mixture(features, graphs, padding_mask)  # [B, T, 2, mixtures, d]
+        # [B, T, 2, mixtures, d], the mixtures' scales left to the fusion kernel (_gated)
+        mixed = self.mixture(features, graphs, padding_mask, scaled=False)
         shape = tf.shape(features)
         mixed = tf.reshape(mixed, [shape[0], shape[1], 2 * self.num_mixtures * self._features_dim])
         fused = self.fusion_dropout(tf.concat([features, mixed], axis=-1), training=training)
@@ -227,12 +228,17 @@ class GlomoTransfer(keras.layers.Layer):
         return output
 
     def _gated(self, fused):
-        """``value(fused) * sigmoid(gate(fused))`` by one product with the two layers' kernels
-        side by side: ``[N, f] @ [f, 2 units]`` forward and backward instead of two products of
-        ``[f, units]`` (the same sums; the two ``Dense`` layers keep their weights)."""
+        """``value(fused) * sigmoid(gate(fused))`` of ``fused = [H ; M_1 H ; ...]`` with the
+        mixtures unscaled, by one product with the two layers' kernels side by side and each
+        mixture's rows times its scale: ``[N, f] @ [f, 2 units]`` forward and backward instead of
+        two products of ``[f, units]`` and a multiply of every ``(M H)_t`` (the same sums; the
+        two ``Dense`` layers and the mixture keep their weights)."""
         dtype = self.compute_dtype
+        d = self._features_dim
+        rows = tf.concat([tf.ones([d], dtype), tf.repeat(
+            tf.reshape(tf.cast(self.mixture.scale, dtype), [-1]), d)], axis=0)
         kernel = tf.concat([tf.cast(self.value_dense.kernel, dtype),
-                            tf.cast(self.gate_dense.kernel, dtype)], axis=1)
+                            tf.cast(self.gate_dense.kernel, dtype)], axis=1) * rows[:, None]
         bias = tf.concat([tf.cast(self.value_dense.bias, dtype),
                           tf.cast(self.gate_dense.bias, dtype)], axis=0)
         shape = tf.shape(fused)

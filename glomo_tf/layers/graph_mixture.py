@@ -151,7 +151,10 @@ class GraphMixture(keras.layers.Layer):
                                tf.cast(self.weight_kernel, self.compute_dtype)) + logits
         return tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
 
-    def call(self, features, graphs=None, padding_mask=None, mask=None):
+    def call(self, features, graphs=None, padding_mask=None, mask=None, scaled=True):
+        """``scaled=False`` leaves out the learned scales (``M H`` of the unscaled mixtures),
+        for a caller that applies them itself, as :class:`GlomoTransfer` does on its fusion
+        kernel's rows (fewer multiplies than on every ``(M H)_t``)."""
         features = tf.cast(features, self.compute_dtype)
         if padding_mask is None:
             padding_mask = mask
@@ -161,6 +164,10 @@ class GraphMixture(keras.layers.Layer):
                 padding_mask = tf.ones(tf.shape(features)[:2], tf.bool)
             uniform = ops.uniform_graphs(padding_mask, self.compute_dtype)  # [B, 2, T, T]
             mixed = tf.einsum("bzts,bsd->btzd", uniform, features)[:, :, :, None]
+            if not scaled:
+                shape = tf.shape(mixed)
+                return tf.broadcast_to(mixed, tf.stack(
+                    [shape[0], shape[1], 2, self.num_mixtures, shape[4]]))
             return mixed * scale[None, None, :, :, None]
         if graphs is None:
             raise ValueError("A learned GraphMixture needs graphs [batch, 2, L, K, T, T].")
@@ -171,7 +178,7 @@ class GraphMixture(keras.layers.Layer):
             mixed = self._apply_mixed(self._mix_given(graphs, weights), features)
         else:
             mixed = self._dense(features, graphs, weights)
-        return mixed * scale[None, None, :, :, None]
+        return mixed * scale[None, None, :, :, None] if scaled else mixed
 
     def _mix_given(self, graphs, weights):
         """The unscaled mixed graphs ``[B, 2, T, mixtures, T]`` of given candidate matrices: the
