@@ -21,7 +21,7 @@ and, on request, variants of ``glomo``:
   ``cache_fill`` in the JSON, in total and per batch;
 * ``glomo_cached_candidates`` (``--cache`` too): the cache holding each sentence's candidate
   matrices (``compute_graphs(..., candidates=True)``: graphs and hierarchical products, rows
-  first), so a step only mixes them and applies the mixed graphs;
+  first, both directions in one matrix), so a step only mixes them and applies the mixed graphs;
 * ``glomo_topk`` (``--top-k K``): ``GlomoTransfer(top_k=K)``, the predictor run online and its
   graphs cut to the K heaviest sources per unit, mixed by gather + weighted sum;
 * ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form;

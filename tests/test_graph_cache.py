@@ -69,15 +69,20 @@ def test_cache_holds_each_sentences_graphs_computed_alone(rng, top_k):
 
 
 def np_candidates(graphs):
-    """A sentence's candidate matrices by NumPy: the heads of every layer, then the chains
+    """A sentence's packed candidate matrices by NumPy: the heads of every layer, then the chains
     ``Lambda^l = G^l Lambda^{l-1}`` of layers 2..L (``Lambda^1`` is the first layer's heads),
-    rows first: ``[2, n, C, n]`` from ``[2, L, K, n, n]``."""
+    rows first, the two directions (apart: forward below the diagonal, backward above) added:
+    ``[n, C, n]`` from ``[2, L, K, n, n]``."""
     chains = [graphs[:, 0]]
     for layer in range(1, graphs.shape[1]):
         chains.append(np.einsum("zkts,zksu->zktu", graphs[:, layer], chains[-1]))
     groups = [graphs[:, l, k] for l in range(graphs.shape[1]) for k in range(graphs.shape[2])]
     groups += [c[:, k] for c in chains[1:] for k in range(graphs.shape[2])]
-    return np.stack(groups, axis=1).transpose(0, 2, 1, 3)
+    both = np.stack(groups, axis=1).transpose(0, 2, 1, 3)  # [2, n, C, n]
+    below = np.tril(np.ones((both.shape[1],) * 2), -1)[:, None]  # [t, 1, s]: s < t
+    assert not (both[0] * (1 - below)).any()
+    assert not (both[1] * (1 - below.transpose(2, 1, 0))).any()
+    return both[0] + both[1]
 
 
 def test_candidates_cache_holds_each_sentences_candidates_and_a_subset_keeps_them(rng):
@@ -87,7 +92,7 @@ def test_candidates_cache_holds_each_sentences_candidates_and_a_subset_keeps_the
     plain = graph_cache.compute_graphs(predictor, ids, batch_size=8)
     assert cache.num_candidates == 6  # 2 layers x 2 heads, and the products of layer 2
     assert cache.nbytes == cache.candidates.nbytes  # the graphs are not stored twice
-    assert 2 * cache.candidates.size == 3 * plain.weights.size
+    assert 4 * cache.candidates.size == 3 * plain.weights.size  # both directions in one matrix
     for i in range(len(ids)):
         np.testing.assert_array_equal(cache.sentence(i), plain.sentence(i))
         np.testing.assert_allclose(cache.sentence_candidates(i), np_candidates(cache.sentence(i)),
@@ -96,16 +101,16 @@ def test_candidates_cache_holds_each_sentences_candidates_and_a_subset_keeps_the
     for j, i in enumerate([5, 2, 30]):
         np.testing.assert_array_equal(part.sentence_candidates(j), cache.sentence_candidates(i))
     batch = graph_cache.batch_of(cache, [5, 2], ids.shape[1])
-    assert set(batch) == {"candidates"}
+    assert set(batch) == {"packed_candidates"}
+    packed = batch["packed_candidates"]
     n = cache.lengths[2]
-    np.testing.assert_array_equal(batch["candidates"][1, :, :n, :, :n],
-                                  cache.sentence_candidates(2))
-    assert not batch["candidates"][1, :, n:].any() and not batch["candidates"][1, ..., n:].any()
+    np.testing.assert_array_equal(packed[1, :n, :, :n], cache.sentence_candidates(2))
+    assert not packed[1, n:].any() and not packed[1, ..., n:].any()
     singles = graph_cache.compute_graphs(predictor, ids[:3], candidates=True,
                                          include_products=False)
     assert singles.num_candidates == 4
     np.testing.assert_allclose(singles.sentence_candidates(1),
-                               np_candidates(plain.sentence(1))[:, :, :4], rtol=1e-5, atol=1e-7)
+                               np_candidates(plain.sentence(1))[:, :4], rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="holds no candidate matrices"):
         plain.sentence_candidates(0)
     with pytest.raises(ValueError, match="top_k=None"):
@@ -159,7 +164,7 @@ def test_training_batches_are_the_online_batches_with_their_graphs(rng):
             np.testing.assert_array_equal(px.numpy(), x.numpy())
             for row in range(len(x)):
                 n = max(1, int((x[row].numpy() != 0).sum()))
-                np.testing.assert_allclose(fed["candidates"][row, :, :n, :, :n].numpy(),
+                np.testing.assert_allclose(fed["packed_candidates"][row, :n, :, :n].numpy(),
                                            np_candidates(graphs[row, ..., :n, :n].numpy()),
                                            rtol=1e-5, atol=1e-7)
             np.testing.assert_array_equal(cx.numpy(), x.numpy())
@@ -255,8 +260,8 @@ def test_with_graphs_runs_the_predictor_on_the_first_pass_only(rng):
     for (x, fed), _ in graph_cache.with_graphs(data, predictor, candidates=True):
         graphs = predictor(x, training=False)["graphs"].numpy()
         for row in range(len(x)):
-            np.testing.assert_allclose(fed["candidates"][row].numpy(), np_candidates(graphs[row]),
-                                       rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(fed["packed_candidates"][row].numpy(),
+                                       np_candidates(graphs[row]), rtol=1e-5, atol=1e-7)
     for ((x, indices, weights), _), ((x2, _, weights2), _) in zip(first, second):
         expected_indices, expected_weights = np_top_k(
             predictor(x, training=False)["graphs"].numpy(), 2)
@@ -285,6 +290,15 @@ def test_errors(rng):
     with pytest.raises(ValueError, match="feed it the top-k form"):
         with GlomoTransfer(predictor, top_k=2).feeding({"candidates": None}):
             pass
+    original = predictor.call  # graphs with weight on both sides cannot be packed
+    predictor.call = lambda ids, training=False: {
+        **original(ids, training=training),
+        "graphs": tf.ones_like(original(ids, training=training)["graphs"])}
+    try:
+        with pytest.raises(ValueError, match="use candidates=False"):
+            graph_cache.compute_graphs(predictor, ids, candidates=True)
+    finally:
+        del predictor.call
 
 
 def test_module_example_runs():

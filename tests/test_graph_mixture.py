@@ -447,7 +447,8 @@ def test_given_candidate_matrices_equal_the_explicit_form(num_layers):
     """Candidates formed once (GraphMixture.candidate_matrices, checked against NumPy: the heads,
     then the chains Lambda^l = G^l Lambda^{l-1} of layers 2..L, rows first) and given as
     {"candidates"} give what the layer computes from the graphs, in every propagation; so do all
-    2 L K candidates of the mixture weights (Lambda^1 repeated), each with its own weight."""
+    2 L K candidates of the mixture weights (Lambda^1 repeated), each with its own weight, and
+    the packed form of graphs that keep their direction's side of the diagonal."""
     from glomo_tf import ops
     rng = np.random.default_rng(num_layers)
     H = rng.normal(size=(2, 5, 3)).astype("float32")
@@ -458,6 +459,8 @@ def test_given_candidate_matrices_equal_the_explicit_form(num_layers):
     for layer in range(1, num_layers):
         chains.append(np.einsum("bzkts,bzksu->bzktu", G[:, :, layer], chains[-1]))
         np.testing.assert_allclose(products[:, :, layer - 1], chains[-1], rtol=1e-5)
+    below = np.tril(np.ones((5, 5), "float32"), -1)
+    sided = G * np.stack([below, below.T])[None, :, None, None]
     for include in (True, False):
         groups = [G[:, :, l, k] for l in range(num_layers) for k in range(2)]
         every = list(groups)
@@ -481,6 +484,25 @@ def test_given_candidate_matrices_equal_the_explicit_form(num_layers):
                 np.testing.assert_allclose(
                     mix.explicit_mixed_graphs(H, {"candidates": given}).numpy(),
                     mix.explicit_mixed_graphs(H, G).numpy(), rtol=1e-5, atol=1e-6)
+                packed = {"packed_candidates": GraphMixture.candidate_matrices(
+                    sided, include, packed=True)}
+                np.testing.assert_allclose(mix(H, packed).numpy(), mix(H, sided).numpy(),
+                                           rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(mix.explicit_mixed_graphs(H, packed).numpy(),
+                                           mix.explicit_mixed_graphs(H, sided).numpy(),
+                                           rtol=1e-5, atol=1e-6)
+        # Packed: the two directions of graphs that keep their sides of the diagonal (forward
+        # s < t, backward s > t, as the products do) in one matrix.
+        unpacked = GraphMixture.candidate_matrices(sided, include).numpy()
+        assert not (unpacked[:, 0] * unpacked[:, 1]).any()
+        np.testing.assert_allclose(
+            GraphMixture.candidate_matrices(sided, include, packed=True).numpy(),
+            unpacked[:, 0] + unpacked[:, 1], rtol=1e-6, atol=1e-7)
+        with pytest.raises(ValueError, match="other side of the diagonal"):
+            GraphMixture.candidate_matrices(G, include, packed=True)
+        pack = tf.function(lambda g: GraphMixture.candidate_matrices(g, include, packed=True))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="other side of the diagonal"):
+            pack(tf.constant(G))
     mix = GraphMixture(num_mixtures=2)
     with pytest.raises(ValueError, match="got keys"):
         mix(H, {"graphs": G})

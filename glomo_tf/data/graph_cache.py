@@ -22,11 +22,12 @@ layers in place of the online predictor:
   path (token ids in, the predictor run inside), to save and serve.
 
 A dense cache may also hold each sentence's candidate matrices as the mixture reads them
-(``candidates=True``: :meth:`glomo_tf.GraphMixture.candidate_matrices`, the graphs and their
-hierarchical products laid out rows first, ``[2, n, C, n]``), so a step only mixes them: no
-products, stacking or transposes of the graphs every step. With the products they take
-``(2 L - 1) / L`` times the graphs' memory (the graphs themselves are among them, and
-``Lambda^1`` is the first layer's graphs); its batches carry ``{"candidates": [b, 2, T, C, T]}``.
+(``candidates=True``: :meth:`glomo_tf.GraphMixture.candidate_matrices` with ``packed=True``, the
+graphs and their hierarchical products laid out rows first, both directions in one matrix,
+``[n, C, n]``), so a step only mixes them: no products, stacking or transposes of the graphs
+every step. With the products they take ``(2 L - 1) / (2 L)`` of the graphs' memory (the graphs
+themselves are among them, ``Lambda^1`` is the first layer's graphs, and the two directions share
+each matrix); its batches carry ``{"packed_candidates": [b, T, C, T]}``.
 
 A dense cache (the default) gives the online path's outputs and gradients up to float round-off,
 and so does a top-k cache whose ``k`` covers every row's sources (``cache.exact``). A fine-tuned
@@ -65,9 +66,10 @@ class GraphCache:
     positions in ``indices``, int16 when they fit, else int32). ``support`` is the most sources
     with weight any row has: a top-k cache is exact when ``support <= k``; a dense one always is.
     ``candidates`` (dense caches made with ``candidates=True``, else None): each sentence's
-    candidate matrices ``[2, n, C, n]`` (:meth:`glomo_tf.GraphMixture.candidate_matrices`),
-    concatenated, ``num_candidates`` (``C``) per unit; the graphs are the first ``L K`` of them,
-    so such a cache keeps ``weights`` empty and :meth:`sentence` reads them there.
+    packed candidate matrices ``[n, C, n]`` (:meth:`glomo_tf.GraphMixture.candidate_matrices`
+    with ``packed=True``), concatenated, ``num_candidates`` (``C``) per unit; the graphs are the
+    first ``L K`` of them (the forward ones below the diagonal, the backward ones above), so
+    such a cache keeps ``weights`` empty and :meth:`sentence` reads them there.
     """
 
     weights: np.ndarray
@@ -94,8 +96,8 @@ class GraphCache:
 
     @functools.cached_property
     def _candidate_offsets(self):
-        """Where each sentence's candidates start: ``2 n C n`` values for ``2 L K n n``."""
-        return np.concatenate([[0], np.cumsum(2 * self.num_candidates * self.lengths ** 2)])
+        """Where each sentence's candidates start: ``n C n`` values each."""
+        return np.concatenate([[0], np.cumsum(self.num_candidates * self.lengths ** 2)])
 
     def subset(self, rows):
         """A :class:`GraphCache` of the sentences ``rows`` (in that order)."""
@@ -121,11 +123,14 @@ class GraphCache:
     def sentence(self, i):
         """Sentence ``i``'s graphs: dense ``[2, L, K, n, n]``, or the top-k pair
         ``(indices, weights)``, ``[2, L, K, n, k]`` each."""
-        if self.candidates is not None:  # the first L K candidates, rows first
-            two, layers, heads = self.shape
-            heads_first = self.sentence_candidates(i)[:, :, :layers * heads]  # [2, n, L K, n]
-            n = heads_first.shape[1]
-            return heads_first.reshape(two, n, layers, heads, n).transpose(0, 2, 3, 1, 4)
+        if self.candidates is not None:  # the first L K candidates, rows first, packed
+            _, layers, heads = self.shape
+            packed = self.sentence_candidates(i)[:, :layers * heads]  # [n, L K, n]
+            n = packed.shape[0]
+            heads_first = packed.transpose(1, 0, 2).reshape(layers, heads, n, n)
+            below = np.tril(np.ones((n, n), bool), -1)
+            return np.stack([np.where(below, heads_first, 0),
+                             np.where(below.T, heads_first, 0)]).astype(heads_first.dtype)
         part = slice(self.offsets[i], self.offsets[i + 1])
         weights = self.weights[part].reshape(self._sentence_shape(i))
         if self.k is None:
@@ -133,14 +138,14 @@ class GraphCache:
         return self.indices[part].reshape(weights.shape).astype("int32"), weights
 
     def sentence_candidates(self, i):
-        """Sentence ``i``'s candidate matrices, ``[2, n, C, n]`` (caches made with
+        """Sentence ``i``'s packed candidate matrices, ``[n, C, n]`` (caches made with
         ``candidates=True``)."""
         if self.candidates is None:
             raise ValueError("This graph cache holds no candidate matrices: compute it with "
                              "compute_graphs(..., candidates=True).")
         starts = self._candidate_offsets
         n = int(self.lengths[i])
-        return self.candidates[starts[i]:starts[i + 1]].reshape(2, n, self.num_candidates, n)
+        return self.candidates[starts[i]:starts[i + 1]].reshape(n, self.num_candidates, n)
 
 
 def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=False,
@@ -151,10 +156,12 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
     to its longest sentence, and each sentence's graphs are kept over its own units. ``top_k``
     None (default) keeps the dense graphs (exact: the fed model computes what the online one
     does); an int keeps each row's ``top_k`` heaviest sources (:func:`glomo_tf.ops.top_k_sources`,
-    exact when no row has more). ``candidates=True`` (dense caches only) also keeps each
-    sentence's candidate matrices (:meth:`glomo_tf.GraphMixture.candidate_matrices`, with the
-    hierarchical products unless ``include_products=False``, as the transfer layers' own
-    ``include_products``), so the mixtures read them instead of forming them every step.
+    exact when no row has more). ``candidates=True`` (dense caches only) keeps each sentence's
+    packed candidate matrices instead (:meth:`glomo_tf.GraphMixture.candidate_matrices` with
+    ``packed=True``, with the hierarchical products unless ``include_products=False``, as the
+    transfer layers' own ``include_products``), so the mixtures read them instead of forming
+    them every step; the predictor's graphs must hold no weight outside their direction's side
+    of the diagonal (a :class:`glomo_tf.GraphPredictor`'s never do).
     """
     import tensorflow as tf
 
@@ -171,11 +178,12 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
     order = np.argsort(lengths, kind="stable")
     run = tf.function(lambda ids: predictor(ids, training=False)["graphs"], reduce_retracing=True)
     weights_of, indices_of, support = [None] * len(token_ids), [None] * len(token_ids), 0
-    from glomo_tf.layers.graph_mixture import GraphMixture
+    from glomo_tf.layers.graph_mixture import GraphMixture, _directions_kept
 
     candidates_of = [None] * len(token_ids)
     form_candidates = tf.function(
-        lambda g: GraphMixture.candidate_matrices(g, include_products), reduce_retracing=True)
+        lambda g: GraphMixture.candidate_matrices(g, include_products, packed=True),
+        reduce_retracing=True)
     for start in range(0, len(order), batch_size):
         chosen = order[start:start + batch_size]
         width = int(lengths[chosen].max())
@@ -183,9 +191,14 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
         support = max(support, int(tf.reduce_max(
             tf.reduce_sum(tf.cast(graphs > 0, tf.int32), axis=-1))))
         if candidates:
-            formed = form_candidates(graphs).numpy()  # [b, 2, w, C, w]
+            if not bool(_directions_kept(graphs)):
+                raise ValueError(
+                    "candidates=True packs both directions' candidates into one matrix, which "
+                    "needs graphs with no weight outside their direction's side of the "
+                    "diagonal; this predictor's graphs have some: use candidates=False.")
+            formed = form_candidates(graphs).numpy()  # [b, w, C, w]
             for row, i in enumerate(chosen):
-                candidates_of[i] = formed[row, :, :lengths[i], :, :lengths[i]].ravel()
+                candidates_of[i] = formed[row, :lengths[i], :, :lengths[i]].ravel()
             continue  # the graphs are the first L K candidates: not stored twice
         if top_k is None:
             weights = graphs.numpy()
@@ -211,13 +224,13 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
                       lengths.astype("int64"), shape, None if top_k is None else int(top_k),
                       support,
                       np.concatenate(candidates_of).astype("float32") if candidates else None,
-                      formed.shape[3] if candidates and len(order) else 0)
+                      formed.shape[2] if candidates and len(order) else 0)
 
 
 def batch_of(cache, rows, length):
     """The cached graphs of sentences ``rows`` as one batch padded (source 0, weight 0) to
     ``length`` units: dense ``[b, 2, L, K, length, length]`` (with candidates: the dict
-    ``{"candidates": [b, 2, length, C, length]}``) or the top-k pair, both
+    ``{"packed_candidates": [b, length, C, length]}``) or the top-k pair, both
     ``[b, 2, L, K, length, k]``."""
     def pad(x, dims):
         return np.pad(x, [(0, 0)] * (x.ndim - dims) + [(0, length - x.shape[d])
@@ -225,12 +238,12 @@ def batch_of(cache, rows, length):
 
     parts = [cache.sentence(i) for i in rows]
     if cache.candidates is not None:
-        def pad_candidates(x):  # [2, n, C, n] -> [2, length, C, length]
-            n = x.shape[1]
-            return np.pad(x, [(0, 0), (0, length - n), (0, 0), (0, length - n)])
+        def pad_candidates(x):  # [n, C, n] -> [length, C, length]
+            n = x.shape[0]
+            return np.pad(x, [(0, length - n), (0, 0), (0, length - n)])
 
-        return {"candidates": np.stack([pad_candidates(cache.sentence_candidates(i))
-                                        for i in rows])}
+        return {"packed_candidates": np.stack([pad_candidates(cache.sentence_candidates(i))
+                                               for i in rows])}
     if cache.k is None:
         return np.stack([pad(x, 2) for x in parts])
     return (np.stack([pad(x[0][..., :, :], 2)[..., :cache.k] for x in parts]),
@@ -258,7 +271,7 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     ``((ids [b, T], graphs...), labels)`` with the graphs of the batch's sentences read from
     ``cache`` (a :class:`GraphCache` of ``ids``): dense ``[b, 2, L, K, T, T]``, or top-k
     ``indices, weights``, both ``[b, 2, L, K, T, k]``; a cache with candidates gives
-    ``((ids, {"candidates": [b, 2, T, C, T]}), labels)``.
+    ``((ids, {"packed_candidates": [b, T, C, T]}), labels)``.
     """
     import tensorflow as tf
 
@@ -279,8 +292,8 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     def cut(x, y, n, graphs):
         n = tf.maximum(n, 1)
         if cache.candidates is not None:
-            return x[:n], {"candidates": tf.reshape(graphs[0],
-                                                    [2, n, cache.num_candidates, n])}, y
+            return x[:n], {"packed_candidates": tf.reshape(
+                graphs[0], [n, cache.num_candidates, n])}, y
         last = [n] if cache.k is None else [cache.k]
         graphs = tuple(tf.reshape(g, head + [n] + last) for g in graphs)
         if cache.k is not None:
@@ -307,7 +320,7 @@ def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,
                 include_products=True):
     """A ``tf.data`` stage: batched ``(ids, labels)`` -> ``((ids, graphs...), labels)``, the
     predictor's graphs of each batch in inference mode (dense, with ``candidates`` the dict
-    ``{"candidates": ...}`` of :meth:`glomo_tf.GraphMixture.candidate_matrices`, or with
+    ``{"packed_candidates": ...}`` of :meth:`glomo_tf.GraphMixture.candidate_matrices`, or with
     ``top_k`` the pair ``indices, weights``), then ``Dataset.cache(cache)`` (``""``: in memory;
     a path: files there), so the predictor runs on the first pass only. For datasets whose
     batches come in the same order every pass (validation, test); ``cache=None`` leaves the
@@ -326,8 +339,8 @@ def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,
     def add(ids, labels):
         graphs = predictor(ids, training=False)["graphs"]
         if candidates:
-            return (ids, {"candidates": GraphMixture.candidate_matrices(
-                graphs, include_products)}), labels
+            return (ids, {"packed_candidates": GraphMixture.candidate_matrices(
+                graphs, include_products, packed=True)}), labels
         if top_k is None:
             return (ids, graphs), labels
         return (ids, *ops.top_k_sources(graphs, int(top_k))), labels
@@ -371,9 +384,9 @@ class GraphFedModel(_keras_model_class()):
             are its graphs of the ids). Its layers and weights are shared, not copied.
 
     Call arguments:
-        inputs: ``(ids [B, T], graphs [B, 2, L, K, T, T])``, ``(ids, {"candidates":
-            [B, 2, T, C, T]})`` or, top-k, ``(ids, indices [B, 2, L, K, T,
-            k], weights [B, 2, L, K, T, k])``: the graphs of those ids
+        inputs: ``(ids [B, T], graphs [B, 2, L, K, T, T])``, ``(ids, {"packed_candidates":
+            [B, T, C, T]})`` (or ``{"candidates": [B, 2, T, C, T]}``) or, top-k, ``(ids,
+            indices [B, 2, L, K, T, k], weights [B, 2, L, K, T, k])``: the graphs of those ids
             (:func:`cached_training_batches`, :func:`with_graphs`).
         training: bool.
     """

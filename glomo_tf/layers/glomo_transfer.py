@@ -250,8 +250,9 @@ class GlomoTransfer(keras.layers.Layer):
     def feeding(self, graphs):
         """Within the block, calls on ``[features, token_ids]`` use ``graphs`` instead of the
         predictor's: ``[batch, 2, L, K, T, T]``, their candidate matrices formed beforehand
-        (``{"candidates": [batch, 2, T, C, T]}``, see :class:`GraphMixture`) or the top-k pair ``(indices, weights)``, computed for the same token ids (by
-        :mod:`glomo_tf.data.graph_cache`). Frozen predictors only."""
+        (``{"candidates": [batch, 2, T, C, T]}`` or ``{"packed_candidates": [batch, T, C, T]}``,
+        see :class:`GraphMixture`) or the top-k pair ``(indices, weights)``, computed for the
+        same token ids (by :mod:`glomo_tf.data.graph_cache`). Frozen predictors only."""
         if self.fine_tune:
             raise ValueError(
                 f"{self.name} fine-tunes its graph predictor (fine_tune=True), so its graphs "

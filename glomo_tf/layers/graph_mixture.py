@@ -41,10 +41,12 @@ class GraphMixture(keras.layers.Layer):
       candidates); from a few hundred units on (``T`` above about ``2 d``) the chained one is.
 
     A frozen predictor's candidates can also be formed once, as the ``T x T`` matrices the
-    explicit form mixes, laid out rows first: ``{"candidates": [batch, 2, T, C, T]}``
-    (:meth:`candidate_matrices`, what :mod:`glomo_tf.data.graph_cache` stores with
-    ``candidates=True``). A step then only mixes them and applies the mixed graphs (no products,
-    stacking or transposes of the graphs every step), with the explicit form's result.
+    explicit form mixes, laid out rows first: ``{"candidates": [batch, 2, T, C, T]}``, or with
+    the two directions in one matrix (the forward one below the diagonal, the backward one
+    above: graphs keep to those sides) ``{"packed_candidates": [batch, T, C, T]}``, half the
+    memory (:meth:`candidate_matrices`; :mod:`glomo_tf.data.graph_cache` stores the packed form
+    with ``candidates=True``). A step then only mixes them and applies the mixed graphs (no
+    products, stacking or transposes of the graphs every step), with the explicit form's result.
 
     The graphs may also come in the compact top-k form ``(indices, weights)``, both
     ``[batch, 2, L, K, T, k]`` (:func:`glomo_tf.ops.top_k_sources`: the ``k`` heaviest sources of
@@ -66,8 +68,9 @@ class GraphMixture(keras.layers.Layer):
     Call arguments:
         features: ``H``, ``[batch, T, d]``.
         graphs: ``[batch, 2, L, K, T, T]``; the top-k form ``(indices, weights)``, both
-            ``[batch, 2, L, K, T, k]``; or ``{"candidates": [batch, 2, T, C, T]}`` (ignored in
-            uniform mode, may be None there).
+            ``[batch, 2, L, K, T, k]``; ``{"candidates": [batch, 2, T, C, T]}`` or
+            ``{"packed_candidates": [batch, T, C, T]}`` (ignored in uniform mode, may be None
+            there).
         padding_mask: bool ``[batch, T]``; needed in uniform mode, optional otherwise.
 
     Returns:
@@ -128,7 +131,7 @@ class GraphMixture(keras.layers.Layer):
             if _is_top_k(graphs_shape):
                 graphs_shape = graphs_shape[0]
             if isinstance(graphs_shape, dict):
-                self._candidates = _candidates_form(graphs_shape)[3]
+                self._candidates = _candidates_form(graphs_shape)[2]
                 self._layers_heads = None  # given candidates only: no duplicates known to fold
             else:
                 self._candidates = self.num_candidates(graphs_shape[2], graphs_shape[3])
@@ -175,22 +178,53 @@ class GraphMixture(keras.layers.Layer):
         if _is_top_k(graphs):
             mixed = self._from_top_k(features, graphs, weights)
         elif isinstance(graphs, dict):
-            mixed = self._apply_mixed(self._mix_given(graphs, weights), features)
+            mixed = self._from_given(features, graphs, weights)
         else:
             mixed = self._dense(features, graphs, weights)
         return mixed * scale[None, None, :, :, None] if scaled else mixed
 
+    def _from_given(self, features, graphs, weights):
+        """``M H`` (unscaled, ``[B, T, 2, mixtures, d]``) of given candidate matrices."""
+        packed, mixed = self._mix_given(graphs, weights)
+        if not packed:
+            return self._apply_mixed(mixed, features)
+        # [B, T, 2, m, S]: one [T 2 m, S] @ [S, d] product per example, already units first
+        shape = tf.shape(mixed)
+        out = tf.matmul(tf.reshape(mixed, [shape[0], -1, shape[4]]), features)
+        return tf.reshape(out, [shape[0], shape[1], 2, self.num_mixtures, features.shape[-1]
+                                or tf.shape(features)[-1]])
+
     def _mix_given(self, graphs, weights):
-        """The unscaled mixed graphs ``[B, 2, T, mixtures, T]`` of given candidate matrices: the
-        distinct ones (:meth:`candidate_matrices`), or all ``C`` of the mixture weights."""
-        candidates = tf.convert_to_tensor(graphs["candidates"])
+        """``(packed, mixed)``: the unscaled mixed graphs of given candidate matrices, the
+        distinct ones (:meth:`candidate_matrices`) or all ``C`` of the mixture weights:
+        ``[B, 2, T, mixtures, T]`` from ``{"candidates"}``, ``[B, T, 2, mixtures, T]`` from
+        ``{"packed_candidates"}``."""
+        key, = graphs
+        candidates = tf.convert_to_tensor(graphs[key])
         distinct = (self._candidates if self._layers_heads is None
                     else self.distinct_candidates(*self._layers_heads))
-        count = _candidates_form({"candidates": candidates.shape},
-                                 sorted({distinct, self._candidates}))[3]
+        count = _candidates_form({key: candidates.shape}, sorted({distinct, self._candidates}))[2]
         if count != self._candidates:
             weights = self._fold(weights)
-        return self._mix_rows_first(tf.cast(candidates, weights.dtype), weights)
+        candidates = tf.cast(candidates, weights.dtype)
+        if key == "candidates":
+            return False, self._mix_rows_first(candidates, weights)
+        return True, self._mix_packed(candidates, weights)
+
+    def _mix_packed(self, packed, weights):
+        """Packed candidates ``[B, T, C, S]`` (:meth:`candidate_matrices` with ``packed=True``)
+        mixed with ``weights``: ``[B, T, 2, mixtures, S]``, each direction's mixtures cut to its
+        side of the diagonal. One ``[2 m, C] @ [C, S]`` product per receiving unit reads both
+        directions' candidates at once, half the data of the unpacked form."""
+        shape = tf.shape(packed)
+        m = self.num_mixtures
+        if self.conditioned:  # [B, T, 2, m, C]
+            weights = tf.reshape(weights, [shape[0], shape[1], 2 * m, shape[2]])
+        else:  # [2, m, C], broadcast by the product
+            weights = tf.reshape(weights, [1, 1, 2 * m, shape[2]])
+        mixed = tf.reshape(tf.matmul(weights, packed), [shape[0], shape[1], 2, m, shape[3]])
+        return mixed * tf.cast(_direction_sides(shape[1], shape[3]), mixed.dtype)[
+            None, :, :, None, :]
 
     def _fold(self, weights):
         """Mixture weights ``[..., 2 L K]`` onto the distinct candidates ``[..., (2 L - 1) K]``
@@ -209,13 +243,34 @@ class GraphMixture(keras.layers.Layer):
         return tf.reshape(folded, tf.concat([shape[:-1], [fold.shape[1]]], 0))
 
     @staticmethod
-    def candidate_matrices(graphs, include_products=True):
+    def candidate_matrices(graphs, include_products=True, packed=False):
         """The distinct candidates of dense ``graphs [B, 2, L, K, T, T]`` as matrices, rows
         first: ``[B, 2, T, C, T]``, the heads of every layer then (``include_products``) the
         hierarchical products ``Lambda^2..Lambda^L`` (:func:`glomo_tf.ops.hierarchical_products`;
         ``Lambda^1`` is the first layer's heads, not repeated), ``C`` =
-        :meth:`distinct_candidates`."""
-        return _rows_first(_candidate_groups(tf.convert_to_tensor(graphs), include_products))
+        :meth:`distinct_candidates`; fed as ``{"candidates": ...}``.
+
+        ``packed=True``: both directions in one matrix per candidate, ``[B, T, C, T]``, the
+        forward one below the diagonal and the backward one above, as they hold no weight
+        elsewhere (forward sources ``s < t``, backward ``s > t``: the products keep it); fed as
+        ``{"packed_candidates": ...}``, half the memory, mixed by one product per unit. For
+        graphs that keep those sides (a :class:`~glomo_tf.GraphPredictor`'s): others raise
+        ``ValueError`` (``InvalidArgumentError`` inside a ``tf.function``)."""
+        graphs = tf.convert_to_tensor(graphs)
+        if not packed:
+            return _rows_first(_candidate_groups(graphs, include_products))
+        kept = _directions_kept(graphs)
+        message = ("Packed candidates need graphs with no weight on the other side of the "
+                   "diagonal (forward sources s < t, backward s > t, as a GraphPredictor's); "
+                   "these graphs have some: use packed=False.")
+        if tf.executing_eagerly():
+            if not bool(kept):
+                raise ValueError(message)
+        else:
+            with tf.control_dependencies([tf.debugging.Assert(kept, [message])]):
+                graphs = tf.identity(graphs)
+        stacked = _stacked(_candidate_groups(graphs, include_products))  # [B, 2, C, T, X]
+        return tf.transpose(stacked[:, 0] + stacked[:, 1], [0, 2, 1, 3])
 
     def _from_top_k(self, features, graphs, weights):
         """``M H`` (unscaled) of the top-k form: by gather, or as the dense graphs it holds
@@ -341,7 +396,9 @@ class GraphMixture(keras.layers.Layer):
             return uniform * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
         weights = self.mixture_weights(features)
         if isinstance(graphs, dict):
-            mixed = self._mix_given(graphs, weights)
+            packed, mixed = self._mix_given(graphs, weights)
+            if packed:  # [B, T, 2, m, S]
+                mixed = tf.transpose(mixed, [0, 2, 1, 3, 4])
         else:
             if _is_top_k(graphs):
                 graphs = ops.densify_top_k(graphs[0], tf.cast(graphs[1], tf.float32),
@@ -373,31 +430,61 @@ def _candidate_groups(graphs, include_products):
     return groups
 
 
-def _rows_first(groups):
-    """Groups of candidates ``[B, 2, L_g, K, T, X]`` laid out ``[B, 2, T, C, X]`` (groups first,
-    then layers, then heads along ``C``): the layout the mixture weights multiply."""
+def _stacked(groups):
+    """Groups of candidates ``[B, 2, L_g, K, T, X]`` stacked ``[B, 2, C, T, X]`` (groups first,
+    then layers, then heads along ``C``)."""
     shape = tf.shape(groups[0])
-    stacked = tf.concat([tf.reshape(group, [shape[0], 2, -1, shape[4], shape[5]])
-                         for group in groups if group.shape[2] != 0], axis=2)  # [B, 2, C, T, X]
-    return tf.transpose(stacked, [0, 1, 3, 2, 4])
+    return tf.concat([tf.reshape(group, [shape[0], 2, -1, shape[4], shape[5]])
+                      for group in groups if group.shape[2] != 0], axis=2)
+
+
+def _rows_first(groups):
+    """Groups of candidates ``[B, 2, L_g, K, T, X]`` laid out ``[B, 2, T, C, X]``: the layout the
+    mixture weights multiply."""
+    return tf.transpose(_stacked(groups), [0, 1, 3, 2, 4])
+
+
+def _direction_sides(steps, sources):
+    """Bool ``[T, 2, S]``: the sources each direction may use, ``s < t`` forward and ``s > t``
+    backward."""
+    t = tf.range(steps)[:, None]
+    s = tf.range(sources)[None, :]
+    return tf.stack([s < t, s > t], axis=1)
+
+
+def _directions_kept(graphs):
+    """Whether ``graphs [B, 2, L, K, T, T]`` hold no weight outside their direction's side."""
+    shape = tf.shape(graphs)
+    outside = tf.logical_not(tf.transpose(_direction_sides(shape[4], shape[5]), [1, 0, 2]))
+    return tf.reduce_all(tf.equal(tf.where(outside[None, :, None, None], graphs,
+                                           tf.zeros_like(graphs)), 0))
+
+
+CANDIDATE_FORMS = {"candidates": "[batch, 2, T, {}, T]", "packed_candidates": "[batch, T, {}, T]"}
 
 
 def _candidates_form(shapes, candidates=None):
-    """The shape of ``{"candidates": [batch, 2, T, C, T]}``, checked (``C`` against
-    ``candidates``, a count or a list of the counts allowed, when given)."""
-    if set(shapes) != {"candidates"}:
-        raise ValueError("Graphs given as a dict must be {'candidates': [batch, 2, T, C, T]} "
-                         f"(GraphMixture.candidate_matrices); got keys {sorted(shapes)}.")
-    shape = tuple(shapes["candidates"])
+    """``(key, shape, C)`` of given candidate matrices, ``{"candidates": [batch, 2, T, C, T]}`` or
+    ``{"packed_candidates": [batch, T, C, T]}``, checked (``C`` against ``candidates``, a count
+    or a list of the counts allowed, when given)."""
+    if len(shapes) != 1 or not set(shapes) <= set(CANDIDATE_FORMS):
+        raise ValueError(
+            "Graphs given as a dict must be {'candidates': [batch, 2, T, C, T]} or "
+            "{'packed_candidates': [batch, T, C, T]} (GraphMixture.candidate_matrices); got "
+            f"keys {sorted(shapes)}.")
+    (key, shape), = shapes.items()
+    shape = tuple(shape)
+    packed = key == "packed_candidates"
     allowed = [candidates] if isinstance(candidates, int) else candidates
-    if len(shape) != 5 or shape[1] not in (2, None) or (
-            allowed is not None and shape[3] not in (*allowed, None)):
+    valid = len(shape) == 4 if packed else (len(shape) == 5 and shape[1] in (2, None))
+    count = shape[-2] if valid else None
+    if not valid or (allowed is not None and count not in (*allowed, None)):
         expected = "C" if allowed is None else " or ".join(map(str, allowed))
         raise ValueError(
-            f"Candidate matrices must be [batch, 2, T, {expected}, T] (GraphMixture."
+            f"{key} must be {CANDIDATE_FORMS[key].format(expected)} (GraphMixture."
             "candidate_matrices with this mixture's include_products, from the same predictor); "
             f"got shape {shape}.")
-    return shape
+    return key, shape, count
 
 
 def _is_top_k(graphs):
