@@ -150,8 +150,13 @@ class GraphMixture(keras.layers.Layer):
         """Softmax weights over candidates: ``[batch, T, 2, mixtures, C]`` (or ``[2, mixtures, C]``)."""
         logits = tf.cast(self.weight_logits, self.compute_dtype)
         if self.conditioned:
-            logits = tf.einsum("btd,dzmc->btzmc", features,
-                               tf.cast(self.weight_kernel, self.compute_dtype)) + logits
+            # einsum("btd,dzmc->btzmc") as one [B T, d] @ [d, 2 m C] product (TensorFlow's einsum
+            # adds reshapes and copies around it, forward and backward)
+            kernel = tf.cast(self.weight_kernel, self.compute_dtype)
+            shape = tf.shape(features)
+            flat = tf.matmul(tf.reshape(features, [-1, kernel.shape[0]]),
+                             tf.reshape(kernel, [kernel.shape[0], -1]))
+            logits = tf.reshape(flat, tf.concat([shape[:2], kernel.shape[1:]], 0)) + logits
         return tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
 
     def call(self, features, graphs=None, padding_mask=None, mask=None, scaled=True):
