@@ -337,7 +337,9 @@ class GraphMixture(keras.layers.Layer):
     def _chained(self, features, graphs, weights):
         """``M H`` from every candidate applied to ``H`` (``[B, T, 2, mixtures, d]``, unscaled)."""
         single, chained = ops.propagate(graphs, features)  # [B, 2, L, K, T, d] each
-        candidates = [single, chained[:, :, 1:]] if self.include_products else [single]
+        # Lambda^1 H = G^1 H stays among the chains: cutting it would cost more (the gradient of
+        # the cut) than mixing it saves
+        candidates = [single, chained] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
     def _top_k(self, features, graphs, weights):
@@ -345,7 +347,7 @@ class GraphMixture(keras.layers.Layer):
         indices, values = graphs
         values = tf.cast(values, self.compute_dtype)
         single, chained = ops.propagate_top_k(tf.cast(indices, tf.int32), values, features)
-        candidates = [single, chained[:, :, 1:]] if self.include_products else [single]
+        candidates = [single, chained] if self.include_products else [single]
         return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
     def _explicit(self, features, graphs, weights):
@@ -368,16 +370,19 @@ class GraphMixture(keras.layers.Layer):
         return self._mix_candidates(_candidate_groups(graphs, self.include_products), weights)
 
     def _mix_candidates(self, candidates, weights):
-        """Mixes the distinct candidates, in groups ``[B, 2, L_g, K, T, X]`` (the heads first,
-        then the chains of layers 2..L), with ``weights`` (folded, :meth:`_fold`):
-        ``[B, 2, T, mixtures, X]``.
+        """Mixes candidates in groups ``[B, 2, L_g, K, T, X]`` (the heads first, then the chains:
+        all ``L``, or the distinct ones of layers 2..L with ``weights`` folded, :meth:`_fold`)
+        with ``weights``: ``[B, 2, T, mixtures, X]``.
 
         The candidates are laid out ``[B, 2, T, C, X]`` and mixed by one batched product per
         receiving unit, ``[mixtures, C] @ [C, X]``: the same sums as
         ``einsum("btzmc,bzctx->btzmx")``, which TensorFlow lowers to about twice the time on a
         CPU (forward and backward, ``GraphMixture`` at the MR sizes).
         """
-        return self._mix_rows_first(_rows_first(candidates), self._fold(weights))
+        stacked = _rows_first(candidates)
+        if stacked.shape[3] != self._candidates:
+            weights = self._fold(weights)
+        return self._mix_rows_first(stacked, weights)
 
     def _mix_rows_first(self, stacked, weights):
         """Candidates laid out ``[B, 2, T, C, X]`` mixed with ``weights``: ``[B, 2, T, m, X]``."""
@@ -439,8 +444,14 @@ def _stacked(groups):
     """Groups of candidates ``[B, 2, L_g, K, T, X]`` stacked ``[B, 2, C, T, X]`` (groups first,
     then layers, then heads along ``C``)."""
     shape = tf.shape(groups[0])
-    return tf.concat([tf.reshape(group, [shape[0], 2, -1, shape[4], shape[5]])
+    return tf.concat([tf.reshape(group, [shape[0], 2, _static_product(group.shape[2:4]),
+                                         shape[4], shape[5]])
                       for group in groups if group.shape[2] != 0], axis=2)
+
+
+def _static_product(dims):
+    """The product of ``dims`` when all are known (a static shape for what follows), else -1."""
+    return -1 if None in dims else int(np.prod(dims))
 
 
 def _rows_first(groups):
