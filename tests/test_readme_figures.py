@@ -315,6 +315,14 @@ def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
         assert ordered_memory_speed_row(speed, mode, label) in readme
 
 
+def cache_fill_text(fill):
+    """What the README says filling the candidates cache (the first epoch's extra work) took."""
+    return (f"Filling the candidates cache (the first epoch's extra work) took "
+            f"{fill['ms_total']:,.0f} ms for its {fill['batches']} batches, "
+            f"{fill['ms_per_batch']:.0f} ms a batch with the predictor's first call traced, "
+            f"{fill['cache_mb']:.0f} MB")
+
+
 def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
     with open(os.path.join(REPO, "benchmarks", "outputs", "transfer_overhead_cache_topk.json"),
               encoding="utf-8") as handle:
@@ -330,6 +338,16 @@ def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
                f"{spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)")
         assert row in readme, row
     assert f"self-attention's +{added['mha']:.1f} ms" in readme
+    assert result["cache_fill"]["glomo_cached_candidates"]["exact"]
+    assert cache_fill_text(result["cache_fill"]["glomo_cached_candidates"]) in readme
+
+
+def test_auto_propagation_switch_point_is_the_layers_count(readme):
+    from glomo_tf import GraphMixture
+
+    mixture = GraphMixture(num_mixtures=2)  # the MR classifier's sizes: d 64, 2 layers x 4 heads
+    switch = next(t for t in range(1, 4096) if not mixture.explicit_is_cheaper(t, 64, 2, 4))
+    assert f"switches to the chains at `T = {switch}` at these sizes" in " ".join(readme.split())
 
 
 def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
@@ -464,12 +482,32 @@ def transfer_cost_sentence():
             + " (forward only: " + ", ".join(f"{forward[t]:.2f}" for t in forward) + ")")
 
 
+def transfer_cost_crossovers():
+    """Where the explicit form stops being the faster one, training and inference, as the README
+    says it: between the last measured ``T`` where it is faster and the next."""
+    with open(os.path.join(REPO, "benchmarks", "outputs", "transfer_cost.json"),
+              encoding="utf-8") as handle:
+        results = json.load(handle)["results"]
+
+    def between(ratios):
+        lengths = list(ratios)
+        last = max(i for i, t in enumerate(lengths) if ratios[t] < 1)
+        return f"between `T = {lengths[last]}` and `{lengths[last + 1]}`"
+
+    return (f"for training until somewhere "
+            f"{between(results['function/forward_backward']['explicit_over_chained_ms'])}, for "
+            f"inference only until somewhere "
+            f"{between(results['function/forward']['explicit_over_chained_ms'])}")
+
+
 def test_speed_figures_come_from_the_benchmark_json(readme):
     for label, name in PEER_ROWS:
         row = peer_speed_row(label, name)
         assert row in readme, f"README lacks: {row}"
     sentence = transfer_cost_sentence()
     assert sentence in readme, f"README lacks: {sentence}"
+    crossovers = transfer_cost_crossovers()
+    assert crossovers in " ".join(readme.split()), f"README lacks: {crossovers}"
 
 
 # ----------------------------------------------------------------------------- GLoMo on images
