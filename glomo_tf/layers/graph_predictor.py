@@ -422,9 +422,9 @@ class GraphPredictor(keras.layers.Layer):
     def _graphs(self, queries, keys, admissible, training=False, top_rows=None):
         """Eq. 1 for every direction, layer and head at once: ``[B, 2, L, K, T, T]``.
 
-        ``queries`` and ``keys`` are ``[B, 2, T, d]``. The ``L * K`` heads are a batch dimension of
-        the projections (``[B, 2, 1, T, d] @ [1, 2, L*K, d, h] -> [B, 2, L*K, T, h]``), already in
-        the layout of the score products, so nothing is transposed. The query threshold
+        ``queries`` and ``keys`` are ``[B, 2, T, d]``. Each direction's projections are one
+        ``[B T, d] @ [d, L K h]`` product, laid out ``[B, 2, L K, T, h]`` for the score products
+        (:meth:`_project`). The query threshold
         ``b = w . q_t + c`` is folded into the keys, ``q_t . k_s - w . q_t - c = q_t . (k_s - w) - c``,
         and ``c`` into the masking of the normalisation.
 
@@ -442,25 +442,25 @@ class GraphPredictor(keras.layers.Layer):
         key_bias = self.key_bias  # [1, 2, L, K, 1, h]
         if self._learned_threshold and self.threshold == "query":
             key_bias = key_bias - self.threshold_kernel[None, :, :, None, None, :]
-        query_kernel = self._heads(self.query_kernel)
+        query_kernel = self._w(self.query_kernel)  # [2, d, L, K, h]
         query_bias = self._w(tf.reshape(self.query_bias, [1, 2, L * K, 1, h]))
-        k = tf.matmul(keys[:, :, None], self._heads(self.key_kernel))
+        k = self._project(keys, self._w(self.key_kernel))
         k = k + self._w(tf.reshape(key_bias, [1, 2, L * K, 1, h]))
         if top_rows is None:
-            q = tf.matmul(queries[:, :, None], query_kernel) + query_bias
+            q = self._project(queries, query_kernel) + query_bias
             scores = tf.reshape(tf.matmul(q, k, transpose_b=True),
                                 [batch, 2, L, K, length, length])
             return self._normalize(scores, admissible, 0, training)
         below = (L - 1) * K  # the heads of every layer but the last
         if L > 1:
-            q = tf.matmul(queries[:, :, None], query_kernel[:, :, :below]) + query_bias[:, :, :below]
+            q = self._project(queries, query_kernel[:, :, :L - 1]) + query_bias[:, :, :below]
             scores = tf.reshape(tf.matmul(q, k[:, :, :below], transpose_b=True),
                                 [batch, 2, L - 1, K, length, length])
             graphs = self._normalize(scores, admissible, 0, training)
         else:
             graphs = tf.zeros([batch, 2, 0, K, length, length], self.compute_dtype)
-        q = tf.matmul(direction_rows(queries, top_rows, axis=2)[:, :, None],
-                      query_kernel[:, :, below:]) + query_bias[:, :, below:]  # [B, 2, K, S, h]
+        q = self._project(direction_rows(queries, top_rows, axis=2),
+                          query_kernel[:, :, L - 1:]) + query_bias[:, :, below:]  # [B, 2, K, S, h]
         scores = tf.matmul(q, k[:, :, below:], transpose_b=True)[:, :, None]  # [B, 2, 1, K, S, T]
         admissible = direction_rows(admissible[:, :, 0, 0], top_rows, axis=2)[:, :, None, None]
         return graphs, self._normalize(scores, admissible, L - 1, training)[:, :, 0]
@@ -478,11 +478,19 @@ class GraphPredictor(keras.layers.Layer):
         return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon,
                                     threshold=threshold)
 
-    def _heads(self, kernel):
-        """A projection kernel ``[2, d, L, K, h]`` as ``[1, 2, L * K, d, h]``."""
-        kernel = tf.transpose(self._w(kernel), [0, 2, 3, 1, 4])
-        return tf.reshape(kernel, [1, 2, self.num_layers * self.num_heads, self.hidden_dim,
-                                   self.head_dim])
+    @staticmethod
+    def _project(features, kernel):
+        """``features [B, 2, R, d]`` through the heads of ``kernel [2, d, L', K, h]``:
+        ``[B, 2, L' K, R, h]``, by one ``[B R, d] @ [d, L' K h]`` product per direction. The
+        kernel's gradient is then one product over all ``B R`` rows; as ``[B, 2, 1, R, d] @ [1, 2,
+        L' K, d, h]`` (no transpose of the output) XLA wrote every example's ``[d, L' K h]``
+        gradient and added them up, slower by more than the transposes cost."""
+        shape = tf.shape(features)
+        d, layers, heads, h = kernel.shape[1:]
+        flat = tf.reshape(tf.transpose(features, [1, 0, 2, 3]), [2, -1, d])  # [2, B R, d]
+        out = tf.matmul(flat, tf.reshape(kernel, [2, d, layers * heads * h]))
+        out = tf.reshape(out, [2, shape[0], shape[2], layers * heads, h])
+        return tf.transpose(out, [1, 0, 3, 2, 4])
 
     def _thresholds(self, q, layer):
         """Eq. 1's ``b`` for one graph layer, broadcastable to its scores ``[B, 2, 1, K, T, T]``."""
