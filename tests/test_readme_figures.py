@@ -542,6 +542,18 @@ def images_rows():
 def test_images_figures_come_from_the_recorded_run(readme):
     for row in images_rows():
         assert row in readme, f"README lacks: {row}"
+    result = load("glomo_images.json")
+    summary = result["digits"]["summary"]
+    versus_baseline = summary["paired"]["glomo"]
+    versus_uniform = summary["paired_with_uniform"]["glomo"]
+    minutes, seconds = divmod(round(result["wall_seconds"]), 60)
+    flat = " ".join(readme.split())
+    for text in (f"({minutes} min {seconds} s on the 2-core machine",
+                 f"the learned graphs score {-100 * versus_baseline['mean_difference']:.1f} points "
+                 f"below the baseline (p {versus_baseline['p']:.3f}) and "
+                 f"{-100 * versus_uniform['mean_difference']:.1f} below the uniform graph "
+                 f"(p {versus_uniform['p']:.3f})"):
+        assert text in flat, text
 
 
 # ----------------------------------------------------------------------------- sentence encoders
