@@ -178,7 +178,7 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
     order = np.argsort(lengths, kind="stable")
     run = tf.function(lambda ids: predictor(ids, training=False)["graphs"], reduce_retracing=True)
     weights_of, indices_of, support = [None] * len(token_ids), [None] * len(token_ids), 0
-    from glomo_tf.layers.graph_mixture import GraphMixture, _directions_kept
+    from glomo_tf.layers.graph_mixture import GraphMixture
 
     candidates_of = [None] * len(token_ids)
     form_candidates = tf.function(
@@ -191,12 +191,14 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
         support = max(support, int(tf.reduce_max(
             tf.reduce_sum(tf.cast(graphs > 0, tf.int32), axis=-1))))
         if candidates:
-            if not bool(_directions_kept(graphs)):
+            try:  # packing checks the graphs' sides (candidate_matrices)
+                formed = form_candidates(graphs).numpy()  # [b, w, C, w]
+            except tf.errors.InvalidArgumentError:
                 raise ValueError(
                     "candidates=True packs both directions' candidates into one matrix, which "
                     "needs graphs with no weight outside their direction's side of the "
-                    "diagonal; this predictor's graphs have some: use candidates=False.")
-            formed = form_candidates(graphs).numpy()  # [b, w, C, w]
+                    "diagonal; this predictor's graphs have some: use candidates=False."
+                ) from None
             for row, i in enumerate(chosen):
                 candidates_of[i] = formed[row, :lengths[i], :, :lengths[i]].ravel()
             continue  # the graphs are the first L K candidates: not stored twice

@@ -191,13 +191,8 @@ class GraphMixture(keras.layers.Layer):
     def _from_given(self, features, graphs, weights):
         """``M H`` (unscaled, ``[B, T, 2, mixtures, d]``) of given candidate matrices."""
         packed, mixed = self._mix_given(graphs, weights)
-        if not packed:
-            return self._apply_mixed(mixed, features)
-        # [B, T, 2, m, S]: one [T 2 m, S] @ [S, d] product per example, already units first
-        shape = tf.shape(mixed)
-        out = tf.matmul(tf.reshape(mixed, [shape[0], -1, shape[4]]), features)
-        return tf.reshape(out, [shape[0], shape[1], 2, self.num_mixtures, features.shape[-1]
-                                or tf.shape(features)[-1]])
+        out = self._apply_mixed(mixed, features)
+        return out if packed else tf.transpose(out, [0, 2, 1, 3, 4])  # packed: units first
 
     def _mix_given(self, graphs, weights):
         """``(packed, mixed)``: the unscaled mixed graphs of given candidate matrices, the
@@ -228,8 +223,8 @@ class GraphMixture(keras.layers.Layer):
         else:  # [2, m, C], broadcast by the product
             weights = tf.reshape(weights, [1, 1, 2 * m, shape[2]])
         mixed = tf.reshape(tf.matmul(weights, packed), [shape[0], shape[1], 2, m, shape[3]])
-        return mixed * tf.cast(_direction_sides(shape[1], shape[3]), mixed.dtype)[
-            None, :, :, None, :]
+        sides = tf.transpose(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
+        return mixed * sides[None, :, :, None, :]
 
     def _fold(self, weights):
         """Mixture weights ``[..., 2 L K]`` onto the distinct candidates ``[..., (2 L - 1) K]``
@@ -352,17 +347,17 @@ class GraphMixture(keras.layers.Layer):
 
     def _explicit(self, features, graphs, weights):
         """``M H`` from the mixed graphs formed as ``T x T`` matrices (unscaled)."""
-        return self._apply_mixed(self._mix_graphs(graphs, weights), features)
+        return tf.transpose(self._apply_mixed(self._mix_graphs(graphs, weights), features),
+                            [0, 2, 1, 3, 4])
 
     def _apply_mixed(self, mixed, features):
-        """``M H`` of the mixed graphs ``[B, 2, T, m, S]``: ``[B, T, 2, m, d]`` (unscaled)."""
+        """``M H`` of the mixed graphs ``[B, X, Y, m, S]`` (``[B, 2, T, ...]``, or ``[B, T, 2,
+        ...]`` when packed): ``[B, X, Y, m, d]`` in the same layout (unscaled)."""
         shape = tf.shape(mixed)
         # One [2 T m, S] @ [S, d] product per example (an einsum over the same axes is lowered to
         # several times slower transposes and small products on a CPU).
         out = tf.matmul(tf.reshape(mixed, [shape[0], -1, shape[4]]), features)
-        out = tf.reshape(out, [shape[0], 2, shape[2], self.num_mixtures, features.shape[-1]
-                               or tf.shape(features)[-1]])
-        return tf.transpose(out, [0, 2, 1, 3, 4])
+        return tf.reshape(out, tf.concat([shape[:4], tf.shape(features)[-1:]], 0))
 
     def _mix_graphs(self, graphs, weights):
         """The unscaled mixed graphs of the candidates' matrices, rows first:
@@ -460,20 +455,10 @@ def _rows_first(groups):
     return tf.transpose(_stacked(groups), [0, 1, 3, 2, 4])
 
 
-def _direction_sides(steps, sources):
-    """Bool ``[T, 2, S]``: the sources each direction may use, ``s < t`` forward and ``s > t``
-    backward."""
-    t = tf.range(steps)[:, None]
-    s = tf.range(sources)[None, :]
-    return tf.stack([s < t, s > t], axis=1)
-
-
 def _directions_kept(graphs):
     """Whether ``graphs [B, 2, L, K, T, T]`` hold no weight outside their direction's side."""
-    shape = tf.shape(graphs)
-    outside = tf.logical_not(tf.transpose(_direction_sides(shape[4], shape[5]), [1, 0, 2]))
-    return tf.reduce_all(tf.equal(tf.where(outside[None, :, None, None], graphs,
-                                           tf.zeros_like(graphs)), 0))
+    outside = tf.logical_not(ops.direction_masks(tf.shape(graphs)[-1]))[None, :, None, None]
+    return tf.reduce_all(tf.equal(tf.where(outside, graphs, tf.zeros_like(graphs)), 0))
 
 
 CANDIDATE_FORMS = {"candidates": "[batch, 2, T, {}, T]", "packed_candidates": "[batch, T, {}, T]"}
