@@ -17,8 +17,9 @@ EXTRAS = {
     "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "pyyaml>=6",
              "scikit-learn>=1.5,<2"],
     "tune": ["keras-tuner==1.4.8"],
-    # orjson: the REST server writes (and the client reads) numeric tensors in C, not per element.
-    "serve": ["tensorflow-serving-api==2.21.0", "orjson>=3.10,<4"],
+    # orjson: the REST server writes numeric tensors in C, not per element; pysimdjson: the client
+    # reads them from an answer straight into arrays, without a Python number per element.
+    "serve": ["tensorflow-serving-api==2.21.0", "orjson>=3.10,<4", "pysimdjson>=7,<8"],
     "datasets": ["tensorflow-datasets==4.9.10"],
     # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
     "sklearn": ["scikit-learn>=1.5,<2"],

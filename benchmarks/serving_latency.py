@@ -14,7 +14,8 @@ JSON printed on stdout has p50/p99/mean latency in milliseconds and requests/s p
 Served latencies include the client's encoding and decoding of the outputs (NumPy arrays out).
 ``--rounds`` repeats the whole measurement (default 3) against the same server; the JSON holds
 every round (``runs``; ``results`` is the first) and, per round, what REST adds to the p50 and
-REST's throughput over in-process's (``rest_vs_in_process``).
+REST's throughput over in-process's (``rest_vs_in_process``). ``client_decode`` is what reading
+one REST answer takes the client: its simdjson reader against orjson's nested lists.
 
 Examples::
 
@@ -151,6 +152,38 @@ def time_calls(make_call, concurrency, requests, warmup):
     return summarise([x for part in latencies for x in part], wall)
 
 
+def client_decode(port, args, texts, repeats=30):
+    """ms the client takes to read one REST answer (raw bytes -> arrays): simdjson's reader
+    (the `serve` extra) against orjson's nested lists with ``np.asarray``, medians of
+    ``repeats``, alternated, on the answer's real bytes."""
+    import http.client
+    from glomo_tf.serving import ServingClient, tensors
+    spec = ServingClient(f"127.0.0.1:{port}", args.model_name, retries=0).signature(
+        args.signature)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=args.timeout)
+    connection.request("POST", f"/v1/models/{args.model_name}:predict", json.dumps(
+        {"signature_name": args.signature, "inputs": texts}).encode(),
+        {"Content-Type": "application/json"})
+    payload = connection.getresponse().read()
+    connection.close()
+
+    def general():
+        outputs = tensors.loads(payload)["outputs"]
+        return {k: tensors.json_to_numpy(v, spec["outputs"][k]) for k, v in outputs.items()}
+
+    times = {"simdjson": [], "orjson": []}
+    for _ in range(repeats):
+        for name, read in (("simdjson", lambda: tensors.read_outputs(payload, spec["outputs"])),
+                           ("orjson", general)):
+            begin = time.perf_counter()
+            result = read()
+            times[name].append(time.perf_counter() - begin)
+            if result is None:
+                raise RuntimeError(f"{name} did not read the answer (is pysimdjson installed?)")
+    return {"answer_bytes": len(payload),
+            **{f"{name}_ms": round(1000 * statistics.median(v), 3) for name, v in times.items()}}
+
+
 def rest_vs_in_process(runs, levels):
     """Per round: what REST adds to the p50 and REST's p50 and throughput over in-process's."""
     def at(run, mode, level):
@@ -214,6 +247,8 @@ def main(argv=None):
             for name, value in want.items():
                 np.testing.assert_array_equal(got[name], value, err_msg=f"{protocol} {name}")
 
+        decode = client_decode(rest_port, args, batch(0))
+
         modes = {"in_process": in_process, "rest": served("rest", rest_port),
                  "grpc": served("grpc", grpc_port)}
         for round_ in range(args.rounds):
@@ -245,6 +280,7 @@ def main(argv=None):
         "results": runs[0],
         "runs": runs,
         "rest_vs_in_process": rest_vs_in_process(runs, args.concurrency),
+        "client_decode": decode,
     }, indent=2))
     return 0
 

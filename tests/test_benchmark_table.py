@@ -85,6 +85,11 @@ def serving_latency_row(output="serving_latency"):
                f"{max(rounds['concurrency_1']['p50_ratio']):.2f}x in-process); REST throughput at "
                f"concurrency 8: {min(rounds['concurrency_8']['throughput_ratio']):.2f}-"
                f"{max(rounds['concurrency_8']['throughput_ratio']):.2f}x in-process")
+    decode = r.get("client_decode")
+    if decode:
+        figures += (f"; the client reads one answer ({decode['answer_bytes'] / 1e3:,.0f} KB) in "
+                    f"{decode['simdjson_ms']:.2f} ms (simdjson) against {decode['orjson_ms']:.2f}"
+                    " ms (orjson lists)")
     return row("serving_latency.py", output, figures, r)
 
 

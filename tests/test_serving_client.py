@@ -79,6 +79,29 @@ def test_predict_and_extract_equal_in_process_calls(toy, protocol, rng):
             toy, 2, "scale", x=x.astype(np.float32), k=np.array(k, np.int32))["total"])
 
 
+def test_rest_answers_read_with_and_without_simdjson_are_the_same(toy, monkeypatch, rng):
+    """The simdjson reader (numeric tensors straight into arrays) and the general JSON path give
+    the client the same outputs, and the reader is what reads a strict-JSON answer."""
+    from glomo_tf.serving import client as client_module, tensors
+    calls = []
+    real = client_module.read_outputs
+    monkeypatch.setattr(client_module, "read_outputs",
+                        lambda *args: calls.append(real(*args)) or calls[-1])
+    x = rng.normal(size=(3, 3)).tolist()
+    raw = np.array([t.encode() if isinstance(t, str) else t for t in TEXTS], dtype=object)
+    with ServingClient(toy["server"].rest_url, "toy") as client:
+        fast = [client.predict({"x": x, "k": [0, 1, 2]}, "scale"), client.extract(TEXTS),
+                client.predict([[4, 0, 0], [1, 2, 3]], "ids")]
+        assert len(calls) == 3 and all(c is not None for c in calls)
+        monkeypatch.setattr(tensors, "FAST_ARRAYS", False)
+        general = [client.predict({"x": x, "k": [0, 1, 2]}, "scale"), client.extract(TEXTS),
+                   client.predict([[4, 0, 0], [1, 2, 3]], "ids")]
+        assert calls[3:] == [None] * 3
+    for got, want in zip(fast, general):
+        assert_same(got, want)
+    assert_same(fast[1], in_process(toy, 2, "serving_default", texts=raw))
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_versions_labels_status_and_metadata(toy, protocol):
     server = toy["server"]

@@ -12,6 +12,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent import futures
 import urllib.parse
 
 import grpc
@@ -1001,6 +1002,84 @@ def test_response_json_parses_back_to_the_same_arrays_with_and_without_orjson(rn
     assert text == '{"outputs": [1.5,NaN,-Infinity]}'
     assert np.array_equal(np.asarray(tensors.loads(text.encode())["outputs"], np.float32),
                           nonfinite, equal_nan=True)
+
+
+def _read_back(outputs):
+    """The REST server's columnar answer for ``outputs`` read by the client's simdjson reader."""
+    from glomo_tf.serving import tensors
+    types = {name: "DT_" + {"float32": "FLOAT", "float64": "DOUBLE", "float16": "HALF",
+                            "bool": "BOOL", "object": "STRING"}.get(value.dtype.name,
+                                                                    value.dtype.name.upper())
+             for name, value in outputs.items()}
+    return tensors.read_outputs(tensors.columnar_json(outputs).encode(), types)
+
+
+def test_simdjson_reader_gives_the_very_arrays_the_server_wrote(rng):
+    """Numeric tensors read straight into arrays (no Python number per element) equal the arrays
+    the server encoded, bit for bit and in dtype: float32 extremes, signed zeros and subnormals,
+    64-bit integers at their limits, every integer width; strings (b64 for non-UTF-8) and bools go
+    the general way inside the same answer; a scalar output and a single unnamed output too."""
+    from glomo_tf.serving import tensors
+    assert tensors.FAST_ARRAYS, "pysimdjson is part of the `serve` extra the tests install"
+    tiny = np.finfo(np.float32).smallest_subnormal
+    floats = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
+    floats[rng.random(floats.shape) < 0.5] = 0.0
+    floats[0, 0, 0] = [-0.0, tiny, -tiny, np.finfo(np.float32).max, 0.1]
+    outputs = {"graphs": floats, "scores": rng.normal(size=(3, 2)),
+               "half": rng.normal(size=(2, 3)).astype(np.float16),
+               "big": np.array([[-2 ** 63, 2 ** 63 - 1], [0, -1]], np.int64),
+               "huge": np.array([2 ** 64 - 1, 0, 7], np.uint64),
+               "ids": rng.integers(-2 ** 31, 2 ** 31, size=(4, 3)).astype(np.int32),
+               "small": np.array([[-128, 127]], np.int8), "bytes": np.array([0, 255], np.uint8),
+               "mask": rng.random((2, 5)) < 0.5, "count": np.array(3, np.int32),
+               "tokens": np.array([[b"a", "\u00e9".encode()], [b"\xff", b"c"]], dtype=object)}
+    got = _read_back(outputs)
+    assert set(got) == set(outputs)
+    for name, want in outputs.items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+        if want.dtype.kind == "f":
+            np.testing.assert_array_equal(np.signbit(got[name]), np.signbit(want), err_msg=name)
+    got["graphs"][0, 0, 0, 0] = 5.0  # the arrays are the caller's own
+    (single,) = _read_back({"x": floats}).values()
+    np.testing.assert_array_equal(single, floats)
+
+
+@pytest.mark.parametrize("payload, types", [
+    (b'{"outputs": [1.5, NaN]}', {"x": "DT_FLOAT"}),                    # not strict JSON
+    (b'{"outputs": [[], []]}', {"x": "DT_FLOAT"}),                      # an empty dimension
+    (b'{"outputs": [1, 300]}', {"x": "DT_INT8"}),                       # out of the type's range
+    (b'{"outputs": [1, 2.5]}', {"x": "DT_INT32"}),                      # a fraction for an int
+    (b'{"outputs": [1, -2]}', {"x": "DT_UINT16"}),                      # a negative unsigned
+    (b'{"outputs": [1, "a"]}', {"x": "DT_FLOAT"}),                      # a string leaf
+    (b'{"outputs": [[1, 2], [3]]}', {"x": "DT_FLOAT"}),                 # ragged
+    (b'{"outputs": [1, 2]}', {"x": "DT_FLOAT", "y": "DT_FLOAT"}),       # not an object of outputs
+    (b'{"predictions": [1, 2]}', {"x": "DT_FLOAT"}),                    # the row format
+    (b'[1, 2]', {"x": "DT_FLOAT"}),
+])
+def test_simdjson_reader_leaves_what_it_cannot_take_to_the_general_path(payload, types):
+    from glomo_tf.serving import tensors
+    assert tensors.read_outputs(payload, types) is None
+
+
+def test_simdjson_reader_is_off_without_pysimdjson_and_survives_a_held_document(monkeypatch):
+    """Each thread reuses one parser; a document still referenced (which makes simdjson refuse
+    to reuse its parser) costs a fresh parser, not an error; without pysimdjson the reader
+    declines and the client reads answers the general way."""
+    from glomo_tf.serving import tensors
+    payload = b'{"outputs": {"a": [[1.0, 2.0]], "b": [3]}}'
+    types = {"a": "DT_FLOAT", "b": "DT_INT64"}
+    held = tensors._parse(payload)
+    got = tensors.read_outputs(payload, types)
+    assert got["a"].tolist() == [[1.0, 2.0]] and got["b"].dtype == np.int64
+    assert held["outputs"]["b"][0] == 3
+
+    def read(_):
+        return tensors.read_outputs(payload, types)["a"].sum()
+    with futures.ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(read, range(64))) == [3.0] * 64
+    monkeypatch.setattr(tensors, "FAST_ARRAYS", False)
+    assert tensors.read_outputs(payload, types) is None
 
 
 def test_parsing_pauses_the_garbage_collector_and_restores_it(monkeypatch):

@@ -32,7 +32,7 @@ import urllib.parse
 import numpy as np
 
 from glomo_tf.serving.errors import ServingError, from_http_status
-from glomo_tf.serving.tensors import NUMPY_DTYPES, json_to_numpy, loads
+from glomo_tf.serving.tensors import NUMPY_DTYPES, json_to_numpy, loads, read_outputs
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -110,6 +110,10 @@ def _json_value(array):
         holder[:] = flat
         return holder.reshape(array.shape).tolist()
     return array.tolist()
+
+
+class _ReadOutputs(dict):
+    """A predict answer's outputs already read into arrays (not a JSON document)."""
 
 
 class ServingClient:
@@ -323,7 +327,9 @@ class ServingClient:
             self._local.connection = connection
         return connection
 
-    def _rest(self, method, path, body=None):
+    def _rest(self, method, path, body=None, read=None):
+        """The JSON object a request answers, or ``read(payload)`` of a 200 answer where that is
+        not None (a faster reader for the answers it knows)."""
         data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
         headers = {"Content-Type": "application/json"} if data is not None else {}
         for reuse in (True, False):
@@ -346,6 +352,10 @@ class ServingClient:
                                    f"{type(error).__name__}: {error}") from None
         if response.will_close:
             connection.close()
+        if read is not None and response.status == 200:
+            result = read(payload)
+            if result is not None:
+                return result
         try:
             doc = loads(payload) if payload else {}
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -363,7 +373,15 @@ class ServingClient:
     def _predict_rest(self, arrays, signature_name, spec):
         body = {"signature_name": signature_name,
                 "inputs": {alias: _json_value(array) for alias, array in arrays.items()}}
-        doc = self._retrying(lambda: self._rest("POST", self._prefix + ":predict", body))
+        shapes = self._output_shapes.get(signature_name, {})
+
+        def read(payload):
+            outputs = read_outputs(payload, spec["outputs"])
+            return None if outputs is None else _ReadOutputs(outputs)
+
+        doc = self._retrying(lambda: self._rest("POST", self._prefix + ":predict", body, read))
+        if isinstance(doc, _ReadOutputs):
+            return dict(doc)
         if "outputs" not in doc:
             raise ServingError("INTERNAL", f"the response has no 'outputs': {list(doc)}")
         outputs = doc["outputs"]
@@ -372,7 +390,6 @@ class ServingClient:
             outputs = {names[0]: outputs}
         elif not isinstance(outputs, dict):
             raise ServingError("INTERNAL", "expected an object of outputs in the response")
-        shapes = self._output_shapes.get(signature_name, {})
         return {alias: _restore_empty_dims(json_to_numpy(value, spec["outputs"].get(alias, "")),
                                            shapes.get(alias))
                 for alias, value in outputs.items()}
