@@ -396,13 +396,15 @@ def read_outputs(payload, output_types):
     reader does not apply and :func:`loads` with :func:`json_to_numpy` must read it.
 
     Numeric tensors are parsed by simdjson straight into a flat buffer: ``loads`` builds a Python
-    number and list for every element, and ``np.asarray`` walks them again (3-4x the time on a
-    top-k edge answer). Values equal the general path's: numbers are read as float64 (int64,
-    uint64 for integer types) and cast as ``np.asarray`` casts Python numbers. The shape is read
-    from the first element at each depth and must account for every number; an answer this reader
-    cannot take whole (no simdjson, ``NaN``/``Infinity``, a leaf of the wrong type, an integer out
-    of its type's range, an empty dimension) is left to the general path, which reads or refuses
-    it as before. ``output_types`` is ``{alias: dtype name}`` from the signature's metadata."""
+    number and list for every element, and ``np.asarray`` walks them again (several times the
+    time on a large answer: ``client_decode`` in ``benchmarks/outputs/serving_latency*.json``).
+    Values equal the general path's: numbers are read as float64 (int64, uint64 for integer types)
+    and cast as ``np.asarray`` casts Python numbers. The shape is read from the first element at
+    each depth and must account for every number (servers write dense tensors: a ragged nesting is
+    caught where its count differs, not where it happens to match); an answer this reader cannot
+    take whole (no simdjson, ``NaN``/``Infinity``, a leaf of the wrong type, an integer out of its
+    type's range, an empty dimension) is left to the general path, which reads or refuses it as
+    before. ``output_types`` is ``{alias: dtype name}`` from the signature's metadata."""
     if not FAST_ARRAYS:
         return None
     try:
