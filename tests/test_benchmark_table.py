@@ -126,10 +126,13 @@ def top_k_accuracy_row(task="mr", label="MR"):
     name = f"top_k_accuracy_{task}"
     r = load(name)
     diffs = r["top8_minus_dense_points"]
+    paired = r.get("paired_top8_vs_dense")
+    test = (f"; {paired['wins']} / {paired['ties']} / {paired['losses']} seeds up / even / down, "
+            f"paired t p {paired['p']:.2f}" if paired else "")
     figures = (f"{label}, glomo_embeddings, {len(diffs)} seeds: top-8 minus dense "
                f"{r['mean_top8_minus_dense_points']:+.2f} points (per seed "
                + ", ".join(f"{d:+.2f}" for d in diffs)
-               + f"); top-8 keeps {r['graph_mass_kept_by_top8']:.0%} of the graph mass")
+               + f"{test}); top-8 keeps {r['graph_mass_kept_by_top8']:.0%} of the graph mass")
     return (f"| `glomo transfer --top-k` | `{name}.json` | {figures} | {when(r)} | "
             f"`{r['commands']['top8']}` |")
 
