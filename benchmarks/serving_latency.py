@@ -158,8 +158,8 @@ def client_decode(port, args, texts, repeats=30):
     ``repeats``, alternated, on the answer's real bytes."""
     import http.client
     from glomo_tf.serving import ServingClient, tensors
-    spec = ServingClient(f"127.0.0.1:{port}", args.model_name, retries=0).signature(
-        args.signature)
+    with ServingClient(f"127.0.0.1:{port}", args.model_name, retries=0) as client:
+        spec = client.signature(args.signature)
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=args.timeout)
     connection.request("POST", f"/v1/models/{args.model_name}:predict", json.dumps(
         {"signature_name": args.signature, "inputs": texts}).encode(),

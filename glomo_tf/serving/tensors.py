@@ -389,6 +389,7 @@ def loads(payload):
 _BUFFER_TYPES = {name: ("d" if name in FLOAT_TYPES else "u" if name.startswith("DT_UINT") else "i",
                         NUMPY_DTYPES[name])
                  for name in NUMPY_DTYPES if name not in ("DT_BOOL", "DT_STRING")}
+_BUFFER_DTYPES = {"d": np.float64, "i": np.int64, "u": np.uint64}
 
 
 def read_outputs(payload, output_types):
@@ -444,20 +445,27 @@ def _parse(payload):
 
 
 def _read_tensor(value, dtype_name):
-    if dtype_name not in _BUFFER_TYPES or not isinstance(value, simdjson.Array):
-        if isinstance(value, (simdjson.Array, simdjson.Object)):
-            value = value.as_list() if isinstance(value, simdjson.Array) else value.as_dict()
-        return json_to_numpy(value, dtype_name)
+    """One output of a parsed answer: numeric arrays by :func:`_read_numbers`, the rest as the
+    general path reads them; None where the answer must go the general way."""
+    if dtype_name in _BUFFER_TYPES and isinstance(value, simdjson.Array):
+        return _read_numbers(value, *_BUFFER_TYPES[dtype_name])
+    if isinstance(value, simdjson.Array):
+        value = value.as_list()
+    elif isinstance(value, simdjson.Object):
+        value = value.as_dict()
+    return json_to_numpy(value, dtype_name)
+
+
+def _read_numbers(value, buffer_type, dtype):
+    """A numeric simdjson array as an array of ``dtype``, or None (see :func:`read_outputs`)."""
     shape, first = [], value
     while isinstance(first, simdjson.Array):
         shape.append(len(first))
         if not shape[-1]:
             return None  # JSON drops the dimensions after an empty one
         first = first[0]
-    buffer_type, dtype = _BUFFER_TYPES[dtype_name]
     try:
-        flat = np.frombuffer(value.as_buffer(of_type=buffer_type), np.float64 if buffer_type ==
-                             "d" else np.int64 if buffer_type == "i" else np.uint64)
+        flat = np.frombuffer(value.as_buffer(of_type=buffer_type), _BUFFER_DTYPES[buffer_type])
     except (TypeError, ValueError):  # a leaf of another type, or an integer out of 64-bit range
         return None
     if flat.size != math.prod(shape):
