@@ -291,6 +291,43 @@ def test_rest_connections_are_kept_alive_with_nagles_algorithm_off():
     assert len(peers) == 3 and len(set(peers)) == 1  # one connection, kept alive
 
 
+def test_rest_request_headers_and_a_small_body_go_out_in_one_write():
+    """A second write would cost the server a second read and wake-up on every request; a body
+    over the limit is not copied onto the headers (two writes), and both arrive whole."""
+    bodies = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            answer_json(self, 200, {"received": len(bodies)})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with ServingClient(f"127.0.0.1:{server.server_address[1]}", "toy", retries=0) as client:
+            connection = client._connection()
+            writes = []
+            send = connection.send
+            connection.send = lambda data: (writes.append(len(data)), send(data))[1]
+            limit = getattr(connection, "ONE_WRITE_LIMIT", 1 << 16)
+            small = {"text": "x" * 100}
+            large = {"text": "y" * (limit + 1)}
+            assert client._rest("POST", "/v1/models/toy:predict", small) == {"received": 1}
+            assert len(writes) == 1
+            assert client._rest("POST", "/v1/models/toy:predict", large) == {"received": 2}
+            assert len(writes) == 3 and writes[2] > limit
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert bodies == [small, large]
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_retries_on_unavailable_then_succeeds(protocol, stub_rest, stub_grpc):
     stub = stub_rest if protocol == "rest" else stub_grpc

@@ -100,7 +100,10 @@ class Batcher:
                 raise ServingError("UNAVAILABLE", "The batch scheduling queue to which this task "
                                    "was submitted is full; retry later")
             queue.append(task)
-            self._cv.notify_all()
+            if self.timeout:  # a batch thread may be waiting for its own batch to fill
+                self._cv.notify_all()
+            else:  # every waiter is an idle batch thread: one is enough
+                self._cv.notify()
         if not task.event.wait(timeout):
             task.cancelled = True
             raise ServingError("DEADLINE_EXCEEDED", f"the request was not served within "

@@ -21,7 +21,6 @@ UNAVAILABLE (connection refused or reset, HTTP 503, gRPC UNAVAILABLE). Failures 
 """
 
 import base64
-import functools
 import http.client
 import json
 import socket
@@ -88,12 +87,34 @@ def _to_array(value, dtype_name, alias):
     return np.asarray(value, dtype=NUMPY_DTYPES[dtype_name])
 
 
-def _connect_without_delay(connection):
-    """``HTTPConnection.connect`` with Nagle's algorithm off: http.client sends a request's
-    headers and body in two writes, and the body would otherwise wait for the server to
-    acknowledge the headers (a delayed ACK: a millisecond or more on every request)."""
-    type(connection).connect(connection)
-    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+class _OneWrite:
+    """An ``http.client`` connection with Nagle's algorithm off that sends a request's headers and
+    a small body in one write. http.client writes them separately: with Nagle on, the body would
+    wait for the server to acknowledge the headers (a delayed ACK: a millisecond or more on every
+    request); with it off, the two segments still cost the server a second read and wake-up."""
+
+    ONE_WRITE_LIMIT = 1 << 16  # bytes of body joined to the headers (a larger one is not copied)
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _send_output(self, message_body=None, encode_chunked=False):
+        if (isinstance(message_body, bytes) and not encode_chunked
+                and len(message_body) <= self.ONE_WRITE_LIMIT):
+            self._buffer.extend((b"", message_body))  # "...\r\n\r\n" + body
+            message, self._buffer[:] = b"\r\n".join(self._buffer), []
+            self.send(message)
+            return
+        super()._send_output(message_body, encode_chunked)
+
+
+class _HTTPConnection(_OneWrite, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_OneWrite, http.client.HTTPSConnection):
+    pass
 
 
 def _json_value(array):
@@ -321,9 +342,8 @@ class ServingClient:
             if connection is not None:
                 connection.close()
             scheme, host, port = self._http
-            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            cls = _HTTPSConnection if scheme == "https" else _HTTPConnection
             connection = cls(host, port, timeout=self.timeout)
-            connection.connect = functools.partial(_connect_without_delay, connection)
             self._local.connection = connection
         return connection
 
