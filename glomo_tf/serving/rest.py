@@ -183,8 +183,9 @@ class RestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body go out in separate writes
     timeout = 120  # seconds a connection may sit idle
 
-    def log_message(self, format, *args):
-        log.debug("REST %s - %s", self.address_string(), format % args)
+    def log_message(self, format, *args):  # http.server's line for every request
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("REST %s - %s", self.address_string(), format % args)
 
     def send_error(self, code, message=None, explain=None):
         """http.server's own refusals (a bad request line or header, an unknown method, an
