@@ -1,6 +1,7 @@
 """glomo_tf.serving.client over REST and gRPC, and the whole path with a real GLoMo export:
 pretrain (tiny) -> export -> serve -> client, compared with in-process calls of the SavedModel."""
 
+import contextlib
 import json
 import os
 import signal
@@ -260,34 +261,36 @@ def stub_grpc():
     server.stop(0).wait(10)
 
 
-def test_rest_connections_are_kept_alive_with_nagles_algorithm_off():
-    """http.client writes a request's headers and body separately; with Nagle's algorithm on,
-    the body would wait for the server's delayed ACK of the headers on every request."""
-    peers = []
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            peers.append(self.client_address)
-            answer_json(self, 200, STATUS_JSON)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+@contextlib.contextmanager
+def http_stub(**methods):
+    """A local HTTP/1.1 server whose handler has ``methods`` (``do_GET=...``); yields its port."""
+    handler = type("Handler", (BaseHTTPRequestHandler,), {
+        "protocol_version": "HTTP/1.1", "log_message": lambda self, *args: None, **methods})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with ServingClient(f"http://127.0.0.1:{server.server_address[1]}", "toy",
-                           retries=0) as client:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_rest_connections_are_kept_alive_with_nagles_algorithm_off():
+    """With Nagle's algorithm on, a request's second write (a large body, sent after the
+    headers) would wait for the server's delayed ACK of the first."""
+    peers = []
+
+    def do_GET(handler):
+        peers.append(handler.client_address)
+        answer_json(handler, 200, STATUS_JSON)
+
+    with http_stub(do_GET=do_GET) as port:
+        with ServingClient(f"http://127.0.0.1:{port}", "toy", retries=0) as client:
             for _ in range(3):
                 assert client.status()[0]["state"] == "AVAILABLE"
             sock = client._local.connection.sock
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-    finally:
-        server.shutdown()
-        server.server_close()
     assert len(peers) == 3 and len(set(peers)) == 1  # one connection, kept alive
 
 
@@ -296,21 +299,12 @@ def test_rest_request_headers_and_a_small_body_go_out_in_one_write():
     over the limit is not copied onto the headers (two writes), and both arrive whole."""
     bodies = []
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def do_POST(handler):
+        bodies.append(json.loads(handler.rfile.read(int(handler.headers["Content-Length"]))))
+        answer_json(handler, 200, {"received": len(bodies)})
 
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):
-            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            answer_json(self, 200, {"received": len(bodies)})
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with ServingClient(f"127.0.0.1:{server.server_address[1]}", "toy", retries=0) as client:
+    with http_stub(do_POST=do_POST) as port:
+        with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
             connection = client._connection()
             writes = []
             send = connection.send
@@ -322,9 +316,6 @@ def test_rest_request_headers_and_a_small_body_go_out_in_one_write():
             assert len(writes) == 1
             assert client._rest("POST", "/v1/models/toy:predict", large) == {"received": 2}
             assert len(writes) == 3 and writes[2] > limit
-    finally:
-        server.shutdown()
-        server.server_close()
     assert bodies == [small, large]
 
 

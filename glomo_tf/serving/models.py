@@ -150,9 +150,9 @@ class Signature:
     thread (``--tensorflow_inter_op_parallelism=1``) ops run one at a time anyway, and
     ``"SINGLE_THREADED_EXECUTOR"`` runs them in the calling thread instead of handing every call
     to that thread and waiting (:func:`executor_for_threads`). A graph that executor cannot run
-    (it has no v1 control flow, for one) falls back to the default: until a call has succeeded on
-    it, a failed call is run again on the default executor, and if that one succeeds the signature
-    keeps the default.
+    (v1 control flow: a loop, a conditional, an ``Assert``) falls back to the default: until a
+    call has succeeded on it, a failed call is run again on the default executor, and if that one
+    succeeds the signature keeps the default.
     """
 
     def __init__(self, name, signature_def, function, executor_type=None):
@@ -273,7 +273,6 @@ class Signature:
             return results
         self._executor_checked = True
         return results
-
 
 
 def client_message(message):
