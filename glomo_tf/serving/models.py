@@ -329,10 +329,11 @@ class Servable:
         self.signature_defs = read_signature_defs(path, tags)
         self._loaded = tf.saved_model.load(path, tags=list(tags))
         self.signatures = {}
+        executor_type = executor_for_threads()
         for name, function in self._loaded.signatures.items():
             if name in self.signature_defs:
                 self.signatures[name] = Signature(name, self.signature_defs[name], function,
-                                                  executor_for_threads())
+                                                  executor_type)
         max_length = glomo_export_max_length(path)
         if max_length is not None:
             for signature in self.signatures.values():

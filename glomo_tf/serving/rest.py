@@ -180,7 +180,7 @@ class RestHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "glomo-serve"
-    disable_nagle_algorithm = True  # headers and body go out in separate writes
+    disable_nagle_algorithm = True  # an answer never waits for the ACK of the one before
     timeout = 120  # seconds a connection may sit idle
 
     def log_message(self, format, *args):  # http.server's line for every request
