@@ -93,8 +93,7 @@ def register(subparsers):
                          help="threads within one op (small models on few cores: 1 leaves the "
                               "cores to the requests' handling)")
     threads.add_argument("--tensorflow_inter_op_parallelism", type=int, default=0, metavar="N",
-                         help="ops run side by side (1: a signature's ops run in the thread "
-                              "that runs its batch, on TensorFlow's single-threaded executor)")
+                         help="ops run side by side")
     p.add_argument("--access_log", metavar="FILE",
                    help="write one line per request to FILE ('-': standard error)")
     ignored = p.add_argument_group("accepted for tensorflow_model_server compatibility, ignored")

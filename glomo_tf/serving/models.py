@@ -145,17 +145,9 @@ class Signature:
     output is batch-major, and every output dimension after the first is static, so that no
     output's shape can depend on what else is in the batch (a padded ``[B, T]`` output with
     dynamic ``T`` is never merged).
-
-    ``executor_type``: TensorFlow's executor for the calls (None: its default). With one inter-op
-    thread (``--tensorflow_inter_op_parallelism=1``) ops run one at a time anyway, and
-    ``"SINGLE_THREADED_EXECUTOR"`` runs them in the calling thread instead of handing every call
-    to that thread and waiting (:func:`executor_for_threads`). A graph that executor cannot run
-    (v1 control flow: a loop, a conditional, an ``Assert``) falls back to the default: until a
-    call has succeeded on it, a failed call is run again on the default executor, and if that one
-    succeeds the signature keeps the default.
     """
 
-    def __init__(self, name, signature_def, function, executor_type=None):
+    def __init__(self, name, signature_def, function):
         from tensorflow.core.framework import types_pb2
         self.name = name
         self.signature_def = signature_def
@@ -173,8 +165,6 @@ class Signature:
         # of the batch (every dynamic dimension after the first is that length, the `lengths`
         # output gives each text's), so requests may be merged and cut back to their own length.
         self.pads_to_longest = False
-        self.executor_type = executor_type
-        self._executor_checked = executor_type is None
 
     def cut_to_own_length(self, outputs):
         """The outputs of some rows of a merged batch, cut to the length those rows' own batch
@@ -244,35 +234,13 @@ class Signature:
         try:
             tensors = {alias: tf.constant(value, dtype=tf.dtypes.as_dtype(self.inputs[alias].enum))
                        for alias, value in inputs.items()}
-            results = self._call(tensors)
+            results = self.function(**tensors)
         except tf.errors.OpError as error:
             raise ServingError(CODE_NAMES.get(error.error_code, "UNKNOWN"),
                                client_message(error.message)) from None
         except (TypeError, ValueError) as error:
             raise invalid(f"signature {self.name!r} rejected the inputs: {error}") from None
         return {alias: np.asarray(value.numpy()) for alias, value in results.items()}
-
-    def _call(self, tensors):
-        """``function(**tensors)`` on :attr:`executor_type` (see the class docstring)."""
-        import tensorflow as tf
-        executor_type = self.executor_type
-        if executor_type is None:
-            return self.function(**tensors)
-        from tensorflow.python.eager import context
-        try:
-            with context.function_executor_type(executor_type):
-                results = self.function(**tensors)
-        except tf.errors.OpError as error:
-            if self._executor_checked:
-                raise
-            results = self.function(**tensors)  # raises the model's own error if it fails too
-            log.info("signature %s: runs on TensorFlow's default executor (%s: %s)", self.name,
-                     executor_type, error.message.splitlines()[0] if error.message else error)
-            self.executor_type = None
-            self._executor_checked = True
-            return results
-        self._executor_checked = True
-        return results
 
 
 def client_message(message):
@@ -307,16 +275,6 @@ def register_serving_ops():
                     "will fail to load", error)
 
 
-def executor_for_threads():
-    """The executor for signature calls under TensorFlow's thread settings: TensorFlow's
-    single-threaded executor when there is one inter-op thread (the ops of a call run one after
-    another in the calling thread rather than in that thread), else None (the default)."""
-    import tensorflow as tf
-    if tf.config.threading.get_inter_op_parallelism_threads() == 1:
-        return "SINGLE_THREADED_EXECUTOR"
-    return None
-
-
 class Servable:
     """One loaded model version: its SignatureDefs (all, for metadata) and callables."""
 
@@ -329,11 +287,9 @@ class Servable:
         self.signature_defs = read_signature_defs(path, tags)
         self._loaded = tf.saved_model.load(path, tags=list(tags))
         self.signatures = {}
-        executor_type = executor_for_threads()
         for name, function in self._loaded.signatures.items():
             if name in self.signature_defs:
-                self.signatures[name] = Signature(name, self.signature_defs[name], function,
-                                                  executor_type)
+                self.signatures[name] = Signature(name, self.signature_defs[name], function)
         max_length = glomo_export_max_length(path)
         if max_length is not None:
             for signature in self.signatures.values():
