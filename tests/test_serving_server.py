@@ -1004,6 +1004,40 @@ def test_response_json_parses_back_to_the_same_arrays_with_and_without_orjson(rn
                           nonfinite, equal_nan=True)
 
 
+def test_string_tensors_written_by_orjson_are_the_standard_library_text(monkeypatch):
+    """String tensors go through orjson in one call (the `serve` extra): the text equals the
+    standard library's element by element (``json.dumps(..., ensure_ascii=False)``) for quotes,
+    backslashes, every control character, non-ASCII and astral characters, in both response
+    formats; a tensor with an element that is not UTF-8 is written the standard way (that
+    element as ``{"b64": ...}``), as is a ``*_bytes`` output."""
+    import json
+    from glomo_tf.serving import tensors
+    tricky = ['say "hi"\\', "".join(map(chr, range(32))) + "\x7f", "caf\u00e9 \u2028 \U0001F600", ""]
+    outputs = {
+        "tokens": np.array([[t.encode() for t in tricky], [b"a", b"b", b"c", b"d"]], dtype=object),
+        "unicode": np.array([["x", "\u00e9"], ["y", "z"]]),  # NumPy str dtype
+        "fixed": np.array([[b"ab", b"c"], [b"d", b"e"]]),  # NumPy bytes dtype
+        "raw": np.array([[b"ok", b"\xff"], [b"a", b"b"]], dtype=object),  # not UTF-8
+        "ids_bytes": np.array([[b"ab"], [b"c"]], dtype=object),
+        "empty": np.zeros((2, 0), dtype=object),
+    }
+    texts = {}
+    for fast in (True, False):
+        monkeypatch.setattr(tensors, "FAST_JSON", fast)
+        texts[fast] = (tensors.columnar_json(outputs), tensors.row_json(outputs),
+                       tensors.array_to_json(np.array(b"scalar", dtype=object)))
+    assert texts[True] == texts[False]
+    doc = json.loads(texts[True][0])["outputs"]
+    assert doc["tokens"][0] == tricky and doc["unicode"] == [["x", "\u00e9"], ["y", "z"]]
+    assert doc["raw"] == [["ok", {"b64": "/w=="}], ["a", "b"]]
+    assert doc["ids_bytes"] == [[{"b64": "YWI="}], [{"b64": "Yw=="}]]
+    monkeypatch.setattr(tensors, "FAST_JSON", True)
+    for name in ("tokens", "unicode", "fixed"):  # the one-call path is the one taken
+        assert tensors._fast_strings(outputs[name]) == json.dumps(doc[name], ensure_ascii=False,
+                                                                  separators=(",", ":"))
+    assert tensors._fast_strings(outputs["raw"]) is None
+
+
 def _read_back(outputs):
     """The REST server's columnar answer for ``outputs`` read by the client's simdjson reader."""
     from glomo_tf.serving import tensors

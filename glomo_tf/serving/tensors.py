@@ -292,12 +292,35 @@ def _fast_json(value):
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
+def _fast_strings(array):
+    """orjson's text of a string tensor (``[]`` nesting of its elements' JSON strings), or None
+    without orjson, for an empty dimension, or where an element is not UTF-8 (it is written as
+    ``{"b64": ...}``). orjson escapes exactly the characters ``json.dumps(...,
+    ensure_ascii=False)`` does, so the text is the same, written in C instead of one call per
+    element."""
+    if not FAST_JSON or array.dtype.kind not in "OSU" or 0 in array.shape:
+        return None
+    try:
+        texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v)
+                 for v in array.ravel().tolist()]
+    except UnicodeDecodeError:
+        return None
+    nested = np.empty(len(texts), dtype=object)
+    nested[:] = texts
+    return orjson.dumps(nested.reshape(array.shape).tolist()).decode()
+
+
 def array_to_json(array, name=""):
     """JSON text of one tensor (strings under a ``*_bytes`` name as ``{"b64": ...}``)."""
     array = np.asarray(array)
     if array.ndim and _fast_json_applies(array):
         return _fast_json(array)
-    return _nest(_tokens(array, name.endswith(BYTES_SUFFIX)))
+    as_bytes = name.endswith(BYTES_SUFFIX)
+    if not as_bytes:
+        text = _fast_strings(array)
+        if text is not None:
+            return text
+    return _nest(_tokens(array, as_bytes))
 
 
 def columnar_json(outputs):
@@ -332,7 +355,12 @@ def row_json(outputs):
         if _fast_json_applies(value):
             per_output[name] = [_fast_json(row) for row in value]
             continue
-        tokens = _tokens(value, name.endswith(BYTES_SUFFIX))
+        as_bytes = name.endswith(BYTES_SUFFIX)
+        rows = None if as_bytes else [_fast_strings(np.asarray(row)) for row in value]
+        if rows is not None and None not in rows:
+            per_output[name] = rows
+            continue
+        tokens = _tokens(value, as_bytes)
         per_output[name] = [_nest(tokens[i]) for i in range(batch)]
     if len(names) == 1:
         rows = per_output[names[0]]
