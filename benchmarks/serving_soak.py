@@ -62,6 +62,8 @@ def parse_args(argv=None):
                         "--max_text_bytes and --max_request_bytes to fit it; 0: no)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-name", default="glomo")
+    p.add_argument("--serve-flags", default="",
+                   help="more flags for glomo serve, e.g. '--rest_api_frontend=threads'")
     args = p.parse_args(argv)
     if args.minutes < 0 or args.concurrency < 1 or args.large_requests < 1:
         p.error("need --minutes >= 0, --concurrency >= 1 and --large-requests >= 1")
@@ -127,7 +129,8 @@ def main(argv=None):
          f"--rest_api_port={rest_port}", f"--model_name={args.model_name}",
          f"--model_base_path={base}", "--file_system_poll_wait_seconds=0",
          f"--max_text_bytes={max(args.max_text_bytes, long_bytes + 1)}",
-         f"--max_request_bytes={max(64 << 20, long_bytes + 1024)}"],
+         f"--max_request_bytes={max(64 << 20, long_bytes + 1024)}",
+         *args.serve_flags.split()],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     predict = f"/v1/models/{args.model_name}:predict"
     large_body = json.dumps({"signature_name": "graphs_from_ids",

@@ -79,9 +79,19 @@ def rest(url, method="GET", body=None, raw=None, headers=None):
         connection.close()
 
 
+FRONTEND = {"rest_api_frontend": "event_loop"}
+
+
+@pytest.fixture(autouse=True, params=["event_loop", "threads"])
+def frontend(request, monkeypatch):
+    """Every test here runs with each REST front end (``serve`` starts the one set here)."""
+    monkeypatch.setitem(FRONTEND, "rest_api_frontend", request.param)
+    return request.param
+
+
 def serve(base, name="toy", **kwargs):
     options = dict(model_name=name, model_base_path=base, rest_port=0, grpc_port=0,
-                   file_system_poll_wait_seconds=0)
+                   file_system_poll_wait_seconds=0, **FRONTEND)
     options.update(kwargs)
     return ModelServer(**options)
 
@@ -526,7 +536,7 @@ def test_fuzz_no_5xx_for_client_errors_and_good_requests_still_served(toy_base):
 # ----------------------------------------------------------------------------- memory
 
 @pytest.mark.slow
-def test_resident_memory_stays_bounded_over_50_large_requests():
+def test_resident_memory_stays_bounded_over_50_large_requests(frontend):
     """`glomo serve` in its own process: 50 requests of a million token ids each, one after
     another. RSS after the last stays within 100 MB of RSS after the first (it grew with
     every request before the arena cap and the trim), and never rises 150 MB above it."""
@@ -535,8 +545,9 @@ def test_resident_memory_stays_bounded_over_50_large_requests():
     script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "serving_soak.py")
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
     done = subprocess.run([sys.executable, script, "--minutes", "0", "--large-requests", "50",
-                           "--large-ids", "1000000"], capture_output=True, text=True,
-                          timeout=900, env=env)
+                           "--large-ids", "1000000",
+                           f"--serve-flags=--rest_api_frontend={frontend}"],
+                          capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     large = report["large_requests"]

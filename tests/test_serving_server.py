@@ -9,7 +9,10 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
+import socket
+import struct
 import threading
 import time
 from concurrent import futures
@@ -72,12 +75,14 @@ def expected(reference, version, signature, **inputs):
     return {k: v.numpy() for k, v in outputs.items()}
 
 
-@pytest.fixture(scope="module")
-def server(store, tmp_path_factory):
+@pytest.fixture(scope="module", params=["event_loop", "threads"])
+def server(store, tmp_path_factory, request):
+    """The toy model served with each REST front end (every test using it runs on both)."""
     base = tmp_path_factory.mktemp("served") / "toy"
     publish(store, 1, base)
     with ModelServer(model_name="toy", model_base_path=str(base), grpc_port=0, rest_port=0,
-                     file_system_poll_wait_seconds=0, max_request_bytes=MAX_BYTES) as running:
+                     file_system_poll_wait_seconds=0, max_request_bytes=MAX_BYTES,
+                     rest_api_frontend=request.param) as running:
         yield running
 
 
@@ -794,12 +799,14 @@ def test_cli_flags_follow_tensorflow_model_server(tmp_path, store):
         model_config_file_poll_wait_seconds=0, rest_api_timeout_in_ms=1234,
         max_request_bytes=4096, saved_model_tags=("serve",), cors=True, grpc_max_threads=4,
         max_num_load_retries=2, rest_api_num_threads=4, max_queued_requests=16,
-        rest_api_max_connections=64, metrics_path=None, access_log=False)
+        rest_api_max_connections=64, metrics_path=None, access_log=False,
+        rest_api_frontend="event_loop")
     assert server.limits == RequestLimits(max_request_bytes=4096)
-    args = parse(["serve", f"--model_base_path={base}",
-                                          "--enable_batching=false", "--host=0.0.0.0"])
+    args = parse(["serve", f"--model_base_path={base}", "--enable_batching=false",
+                  "--host=0.0.0.0", "--rest_api_frontend=threads"])
     server = server_from_args(args)
     assert server.options["enable_batching"] is False and server.host == "0.0.0.0"
+    assert server.options["rest_api_frontend"] == "threads"
     assert server._ports == {"grpc": 8500, "rest": 8501} and server.models[0].name == "default"
 
 
@@ -926,21 +933,76 @@ def test_http_framing_conflicting_lengths_and_truncated_bodies_are_refused(serve
     assert status.split()[1] == "400" and b"ended after" in answer, (status, answer)
 
 
+def test_pipelined_requests_are_answered_in_order_and_100_continue_is_sent(server):
+    """Three requests in one write on one connection (the last closes it): three answers, in
+    order, each its own request's; a request that asks for ``100 Continue`` gets it first."""
+    def post(values, extra=""):
+        body = json.dumps({"signature_name": "negate", "instances": values}).encode()
+        return (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                f"{extra}\r\n").encode() + body
+
+    data = raw_http(server.rest_port, post([1.0]) + post([2.0, 3.0], "Expect: 100-continue\r\n")
+                    + post([4.0], "Connection: close\r\n"), half_close=False)
+    assert data.count(b"HTTP/1.1 100 Continue\r\n\r\n") == 1, data[:300]
+    data = data.replace(b"HTTP/1.1 100 Continue\r\n\r\n", b"")
+    answers = []
+    while data:
+        head, _, rest_ = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+        assert head.startswith(b"HTTP/1.1 200"), head
+        answers.append(json.loads(rest_[:length])["predictions"])
+        data = rest_[length:]
+    assert answers == [[-1.0], [-2.0, -3.0], [-4.0]]
+
+
 def test_head_is_answered_like_other_unsupported_methods(server):
     status, _ = _raw_http(server, f"HEAD {PREDICT} HTTP/1.1\r\nHost: x\r\n"
                                   "Connection: close\r\n\r\n".encode())
     assert status.split()[1] == "400", status
 
 
-def test_a_client_that_goes_away_is_one_log_line(server, caplog):
+def test_a_client_that_goes_away_is_one_log_line(caplog):
+    """Threads: http.server reports a connection's error to ``handle_error``."""
+    from glomo_tf.serving.rest import RestServer
     with caplog.at_level("INFO", logger="glomo_tf.serving"):
         try:
             raise ConnectionResetError(104, "Connection reset by peer")
         except ConnectionResetError:
-            server._rest.handle_error(None, ("127.0.0.1", 5555))
+            RestServer.handle_error(None, None, ("127.0.0.1", 5555))
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["REST client 127.0.0.1:5555 went away: ConnectionResetError"]
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_a_client_gone_while_its_request_waits_for_a_batch_is_one_log_line(store, tmp_path,
+                                                                           caplog):
+    """Event loop: the connection is reset while the request waits in the batcher: one log line,
+    no traceback, the request is taken off the queue, and the server goes on serving."""
+    base = tmp_path / "gone"
+    publish(store, 1, base)
+    with ModelServer(model_name="toy", model_base_path=str(base), rest_port=0, grpc_port=None,
+                     file_system_poll_wait_seconds=0, max_batch_size=64,
+                     batch_timeout_micros=2_000_000) as server, \
+            caplog.at_level("INFO", logger="glomo_tf.serving"):
+        body = json.dumps({"signature_name": "scale", "inputs": {"x": [[1, 2, 3]], "k": [1]}})
+        sock = socket.create_connection(("127.0.0.1", server.rest_port))
+        sock.sendall((f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                      f"\r\n\r\n{body}").encode())
+        time.sleep(0.3)  # decoded and queued, its batch not due for 2 s
+        assert server.batcher.queued_requests() == 1
+        port = sock.getsockname()[1]
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # a reset
+        deadline = time.monotonic() + 10
+        while server.batcher.queued_requests() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = [r.getMessage() for r in caplog.records if "went away" in r.getMessage()]
+        assert lines == [f"REST client 127.0.0.1:{port} went away: ConnectionResetError"], lines
+        assert not any(r.exc_info for r in caplog.records)
+        assert server.batcher.stats["requests"] == 0  # taken off the queue, never run
+        status, doc = rest(server.rest_url + PREDICT, "POST", {
+            "signature_name": "ids", "inputs": {"ids": [[1, 2]]}})
+        assert status == 200 and doc["outputs"]["doubled"] == [[2, 4]]
 
 
 def test_float_tokens_are_the_shortest_round_trip_texts_for_sparse_and_dense_arrays(rng):
@@ -1012,9 +1074,11 @@ def test_string_tensors_written_by_orjson_are_the_standard_library_text(monkeypa
     element as ``{"b64": ...}``), as is a ``*_bytes`` output."""
     import json
     from glomo_tf.serving import tensors
-    tricky = ['say "hi"\\', "".join(map(chr, range(32))) + "\x7f", "caf\u00e9 \u2028 \U0001F600", ""]
+    tricky = ['say "hi"\\', "".join(map(chr, range(32))) + "\x7f",
+              "caf\u00e9 \u2028 \U0001F600", ""]
     outputs = {
-        "tokens": np.array([[t.encode() for t in tricky], [b"a", b"b", b"c", b"d"]], dtype=object),
+        "tokens": np.array([[t.encode() for t in tricky], [b"a", b"b", b"c", b"d"]],
+                           dtype=object),
         "unicode": np.array([["x", "\u00e9"], ["y", "z"]]),  # NumPy str dtype
         "fixed": np.array([[b"ab", b"c"], [b"d", b"e"]]),  # NumPy bytes dtype
         "raw": np.array([[b"ok", b"\xff"], [b"a", b"b"]], dtype=object),  # not UTF-8

@@ -71,6 +71,10 @@ def register(subparsers):
                         "503 / UNAVAILABLE")
     p.add_argument("--rest_api_max_connections", type=int, default=64,
                    help="open REST connections; one more is answered 503 and closed")
+    p.add_argument("--rest_api_frontend", choices=("event_loop", "threads"), default="event_loop",
+                   help="how REST connections are served: one asyncio event loop for all (a "
+                        "batch's answers written without a thread waiting for each), or a "
+                        "thread each (http.server)")
     limits = p.add_argument_group(
         "request limits (checked before any array is built; over a limit: 413 / "
         "RESOURCE_EXHAUSTED, 400 / INVALID_ARGUMENT for --max_request_rank)")
@@ -159,7 +163,8 @@ def server_from_args(args):
                   rest_api_num_threads=args.rest_api_num_threads,
                   max_queued_requests=args.max_queued_requests,
                   rest_api_max_connections=args.rest_api_max_connections,
-                  metrics_path=metrics_path, access_log=bool(args.access_log), **batching)
+                  rest_api_frontend=args.rest_api_frontend, metrics_path=metrics_path,
+                  access_log=bool(args.access_log), **batching)
     try:
         if args.model_config_file:
             server = ModelServer(model_config_file=args.model_config_file, **common)

@@ -34,16 +34,27 @@ def batch_rows(signature, inputs):
 
 
 class _Task:
-    __slots__ = ("inputs", "rows", "event", "result", "error", "cancelled", "enqueued")
+    __slots__ = ("inputs", "rows", "event", "done", "finished", "result", "error", "cancelled",
+                 "enqueued")
 
-    def __init__(self, inputs, rows):
+    def __init__(self, inputs, rows, done=None):
         self.inputs = inputs
         self.rows = rows
-        self.event = threading.Event()
+        self.event = None if done is not None else threading.Event()
+        self.done = done  # called with (result, error) instead of setting the event
+        self.finished = False
         self.result = None
         self.error = None
         self.cancelled = False
         self.enqueued = time.monotonic()
+
+    def finish(self):
+        self.finished = True
+        if self.done is not None:
+            done, self.done = self.done, None  # its caller's objects are not kept by the task
+            done(self.result, self.error)
+        else:
+            self.event.set()
 
 
 class Batcher:
@@ -88,9 +99,38 @@ class Batcher:
         rows = batch_rows(signature, inputs)
         if rows is None or rows >= self.max_batch_size:
             return signature.run(inputs)
-        key = (signature, tuple(sorted((name, value.dtype.str, value.shape[1:])
-                                       for name, value in inputs.items())))
         task = _Task(inputs, rows)
+        self._enqueue(signature, task)
+        if not task.event.wait(timeout):
+            task.cancelled = True
+            raise ServingError("DEADLINE_EXCEEDED", f"the request was not served within "
+                               f"{timeout:.3f} s")
+        if task.error is not None:
+            raise task.error
+        return task.result
+
+    def submit(self, signature, inputs, done):
+        """Queue ``signature`` on ``inputs`` without waiting: a batch thread calls ``done(result,
+        error)`` when its batch is done (``error`` a :class:`ServingError`, else None).
+
+        Returns the queued task (setting its ``cancelled`` keeps it from being run if it is
+        still queued), or None for a request that cannot be merged: :meth:`run` runs those in
+        the caller's thread, and so must the caller.
+
+        Raises:
+            ServingError: UNAVAILABLE when the queue is full or the batcher is stopped.
+        """
+        rows = batch_rows(signature, inputs)
+        if rows is None or rows >= self.max_batch_size:
+            return None
+        task = _Task(inputs, rows, done)
+        self._enqueue(signature, task)
+        return task
+
+    def _enqueue(self, signature, task):
+        key = (signature, tuple(sorted((name, value.dtype.str, value.shape[1:])
+                                       for name, value in task.inputs.items())))
+        rows = task.rows
         with self._cv:
             if self._stopped:
                 raise ServingError("UNAVAILABLE", "the server is shutting down")
@@ -104,13 +144,6 @@ class Batcher:
                 self._cv.notify_all()
             else:  # every waiter is an idle batch thread: one is enough
                 self._cv.notify()
-        if not task.event.wait(timeout):
-            task.cancelled = True
-            raise ServingError("DEADLINE_EXCEEDED", f"the request was not served within "
-                               f"{timeout:.3f} s")
-        if task.error is not None:
-            raise task.error
-        return task.result
 
     def queued_requests(self):
         """Requests waiting in every queue now."""
@@ -168,9 +201,9 @@ class Batcher:
                 self._execute(signature, tasks)
             except BaseException as error:  # never leave a caller waiting
                 for task in tasks:
-                    if not task.event.is_set():
+                    if not task.finished:
                         task.error = ServingError("INTERNAL", f"batch failed: {error!r}")
-                        task.event.set()
+                        task.finish()
 
     def _execute(self, signature, tasks):
         rows = sum(task.rows for task in tasks)
@@ -199,11 +232,15 @@ class Batcher:
                         result = signature.cut_to_own_length(result)
                     task.result = result
                     start = stop
-                    task.event.set()
+                    task.finish()
                 return
-        for task in tasks:  # alone, or the merged run could not be split back
+        self._run_alone(signature, tasks)  # alone, or the merged run could not be split back
+
+    @staticmethod
+    def _run_alone(signature, tasks):
+        for task in tasks:
             try:
                 task.result = signature.run(task.inputs)
             except ServingError as error:
                 task.error = error
-            task.event.set()
+            task.finish()

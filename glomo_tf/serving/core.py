@@ -4,7 +4,7 @@ import logging
 
 import numpy as np
 
-from glomo_tf.serving.errors import CODES, invalid
+from glomo_tf.serving.errors import CODES, ServingError, invalid
 from glomo_tf.serving.models import STATES
 
 log = logging.getLogger("glomo_tf.serving")
@@ -41,6 +41,50 @@ class ServingCore:
             log.debug("signature %s: a cut text kept too few units; running the whole texts",
                       signature.name)
         return self._run(signature, inputs, timeout)
+
+    def submit(self, signature, inputs, done):
+        """:meth:`predict` without waiting, for a front end that must not block: the request is
+        checked here (a :class:`ServingError` raised), queued on the batcher, and ``done(outputs,
+        error)`` is called from a batch thread. Returns a function that cancels the request (it
+        is not run if still queued), or None where the request is not queued (no batcher, or
+        one that cannot be merged): the caller runs :meth:`predict` in a thread of its own."""
+        if self.batcher is None:
+            return None
+        signature.check_inputs(inputs)
+        shortened = signature.shorten_texts(inputs)
+        tasks = []
+
+        def cancel():
+            for task in tasks:
+                task.cancelled = True
+
+        def whole(outputs, error):
+            if error is None and not bool(np.all(outputs["truncated"][rows])):
+                log.debug("signature %s: a cut text kept too few units; running the whole "
+                          "texts", signature.name)
+                try:
+                    task = self.batcher.submit(signature, inputs, done)
+                except ServingError as refused:
+                    done(None, refused)
+                    return
+                if task is not None:
+                    tasks.append(task)
+                    return
+                try:  # cannot happen for the rows that merged cut; run here rather than fail
+                    outputs, error = signature.run(inputs), None
+                except ServingError as failed:
+                    outputs, error = None, failed
+            done(outputs, error)
+
+        if shortened is None:
+            task = self.batcher.submit(signature, inputs, done)
+        else:
+            cut_inputs, rows = shortened
+            task = self.batcher.submit(signature, cut_inputs, whole)
+        if task is None:
+            return None
+        tasks.append(task)
+        return cancel
 
     def _run(self, signature, inputs, timeout):
         if self.batcher is not None:

@@ -378,31 +378,31 @@ class RestHandler(BaseHTTPRequestHandler):
         self._send(status, text.encode("utf-8"))
 
 
-class RestServer(ThreadingHTTPServer):
-    """The REST front end: ``dispatch`` maps a request to (HTTP status, JSON text).
+class Prediction:
+    """A decoded predict request: calling it runs it (waiting for its batch) and returns the
+    answer's JSON text; a front end that must not wait hands ``signature`` and ``inputs`` to
+    :meth:`~glomo_tf.serving.core.ServingCore.submit` and writes the outputs with ``writer``."""
 
-    Args:
-        core: the :class:`~glomo_tf.serving.core.ServingCore` (its ``limits`` and ``metrics``).
-        host, port: where to listen (port 0: a free port, see :attr:`port`).
-        timeout_ms: how long a request may wait for a worker and then for its batch.
-        cors: answer with CORS headers.
-        workers, max_queued: requests with a body read and decoded at once, and waiting for
-            a turn (:class:`~glomo_tf.serving.limits.Admission`; more are refused with 503).
-        max_connections: open connections; one more is answered 503 and closed.
-        body_timeout: seconds a request body may take to arrive (408 after).
-        metrics_path: where Prometheus metrics are served (None: nowhere).
-        access_log: log one line per request to the ``glomo_tf.serving.access`` logger.
-    """
+    __slots__ = ("core", "signature", "inputs", "writer", "timeout")
 
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
+    def __init__(self, core, signature, inputs, writer, timeout):
+        self.core = core
+        self.signature = signature
+        self.inputs = inputs
+        self.writer = writer
+        self.timeout = timeout
 
-    def __init__(self, core, host="127.0.0.1", port=0, timeout_ms=30000, cors=False,
-                 workers=4, max_queued=16, max_connections=64, body_timeout=30.0,
-                 metrics_path=None, access_log=False):
-        if ":" in host:
-            self.address_family = socket.AF_INET6
+    def __call__(self):
+        return self.writer(self.core.predict(self.signature, self.inputs, timeout=self.timeout))
+
+
+class RestApi:
+    """What the REST front ends share: ``dispatch`` maps a request to (HTTP status, JSON text),
+    ``finished`` counts and logs an answered request. Its arguments are
+    :class:`RestServer`'s."""
+
+    def _init_api(self, core, timeout_ms, cors, workers, max_queued, max_connections,
+                  body_timeout, metrics_path, access_log):
         self.core = core
         self.limits = core.limits
         self.metrics = core.metrics or Metrics()
@@ -413,62 +413,14 @@ class RestServer(ThreadingHTTPServer):
         self.body_timeout = body_timeout
         self.metrics_path = metrics_path
         self.access_log = access_log
-        self._connections = 0
-        self._connections_lock = threading.Lock()
         self.metrics.gauge(":glomo:serving:queue_depth", "queue", "REST",
                            lambda: self.admission.waiting)
         self.metrics.gauge(":glomo:serving:running_requests", "entrypoint", "REST",
                            lambda: self.admission.running)
-        super().__init__((host, port), RestHandler)
-        self._thread = None
 
-    # -- connections: a thread each, up to max_connections
-    def process_request(self, request, client_address):
-        with self._connections_lock:
-            full = self._connections >= self.max_connections
-            if not full:
-                self._connections += 1
-        if full:
-            self._refuse(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._connections_lock:
-                self._connections -= 1
-
-    def _refuse(self, request):
-        body = json.dumps({"error": f"the server is busy: {self.max_connections} connections "
-                                    "are open (the most it takes); retry later"}).encode()
-        try:
-            request.settimeout(1.0)
-            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
-                            b"\r\nConnection: close\r\nContent-Length: "
-                            + str(len(body)).encode() + b"\r\n\r\n" + body)
-        except OSError:
-            pass
-        self.shutdown_request(request)
-        self.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
-
-    def shutdown_request(self, request):
-        """A lingering close: after the answer, read briefly what the client still sends (a
-        body the server refused to read), so that closing with unread data does not reset the
-        connection before the client has read the answer."""
-        try:
-            request.shutdown(socket.SHUT_WR)
-            request.settimeout(0.1)
-            drained = 0
-            while drained < 1 << 20:
-                chunk = request.recv(65536)
-                if not chunk:
-                    break
-                drained += len(chunk)
-        except OSError:
-            pass
-        self.close_request(request)
+    def busy_message(self):
+        return (f"the server is busy: {self.max_connections} connections are open (the most "
+                "it takes); retry later")
 
     def finished(self, handler, method, path, seconds):
         """Count an answered request and write its access-log line."""
@@ -481,29 +433,6 @@ class RestServer(ThreadingHTTPServer):
                             handler.path, status if status is not None else "-", size,
                             seconds * 1e3)
 
-    @property
-    def port(self):
-        return self.server_address[1]
-
-    def handle_error(self, request, client_address):
-        """A client that goes away mid-request is one log line, not a traceback."""
-        error = sys.exc_info()[1]
-        if isinstance(error, (ConnectionError, socket.timeout)):
-            log.info("REST client %s:%s went away: %s", *client_address[:2],
-                     type(error).__name__)
-            return
-        super().handle_error(request, client_address)
-
-    def start(self):
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="glomo-serve-rest", daemon=True)
-        self._thread.start()
-
-    def stop(self):
-        self.shutdown()
-        self.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
 
     # -- routing
     def dispatch(self, method, path, body):
@@ -603,7 +532,112 @@ class RestServer(ThreadingHTTPServer):
         if unsupported:
             raise ServingError("UNIMPLEMENTED", f"outputs of signature {signature.name!r} cannot "
                                f"be written as JSON ({', '.join(unsupported)}); use gRPC")
-        return lambda: writer(self.core.predict(signature, inputs, timeout=self.request_timeout))
+        return Prediction(self.core, signature, inputs, writer, self.request_timeout)
+
+
+
+class RestServer(RestApi, ThreadingHTTPServer):
+    """The REST front end on Python's ``http.server``: a thread per connection.
+
+    Args:
+        core: the :class:`~glomo_tf.serving.core.ServingCore` (its ``limits`` and ``metrics``).
+        host, port: where to listen (port 0: a free port, see :attr:`port`).
+        timeout_ms: how long a request may wait for a worker and then for its batch.
+        cors: answer with CORS headers.
+        workers, max_queued: requests with a body read and decoded at once, and waiting for
+            a turn (:class:`~glomo_tf.serving.limits.Admission`; more are refused with 503).
+        max_connections: open connections; one more is answered 503 and closed.
+        body_timeout: seconds a request body may take to arrive (408 after).
+        metrics_path: where Prometheus metrics are served (None: nowhere).
+        access_log: log one line per request to the ``glomo_tf.serving.access`` logger.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, core, host="127.0.0.1", port=0, timeout_ms=30000, cors=False,
+                 workers=4, max_queued=16, max_connections=64, body_timeout=30.0,
+                 metrics_path=None, access_log=False):
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        self._init_api(core, timeout_ms, cors, workers, max_queued, max_connections,
+                       body_timeout, metrics_path, access_log)
+        self._connections = 0
+        self._connections_lock = threading.Lock()
+        super().__init__((host, port), RestHandler)
+        self._thread = None
+
+    # -- connections: a thread each, up to max_connections
+    def process_request(self, request, client_address):
+        with self._connections_lock:
+            full = self._connections >= self.max_connections
+            if not full:
+                self._connections += 1
+        if full:
+            self._refuse(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections -= 1
+
+    def _refuse(self, request):
+        body = json.dumps({"error": self.busy_message()}).encode()
+        try:
+            request.settimeout(1.0)
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                            b"\r\nConnection: close\r\nContent-Length: "
+                            + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        self.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
+
+    def shutdown_request(self, request):
+        """A lingering close: after the answer, read briefly what the client still sends (a
+        body the server refused to read), so that closing with unread data does not reset the
+        connection before the client has read the answer."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(0.1)
+            drained = 0
+            while drained < 1 << 20:
+                chunk = request.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
+        self.close_request(request)
+
+    @property
+    def port(self):
+        return self.server_address[1]
+
+    def handle_error(self, request, client_address):
+        """A client that goes away mid-request is one log line, not a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, socket.timeout)):
+            log.info("REST client %s:%s went away: %s", *client_address[:2],
+                     type(error).__name__)
+            return
+        super().handle_error(request, client_address)
+
+    def start(self):
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="glomo-serve-rest", daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
 
 
 _JSON_OUTPUT_TYPES = {"DT_FLOAT", "DT_DOUBLE", "DT_HALF", "DT_BFLOAT16", "DT_INT8", "DT_INT16",

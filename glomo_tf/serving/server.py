@@ -41,6 +41,8 @@ IGNORED_FLAGS = ("enable_model_warmup", "num_load_threads", "num_unload_threads"
                  "per_process_gpu_memory_fraction", "grpc_channel_arguments",
                  "allow_version_labels_for_unavailable_models",
                  "xla_cpu_compilation_enabled", "enable_signature_method_name_check")
+# REST front ends: a thread per connection (http.server), or one asyncio event loop for all.
+REST_FRONTENDS = ("threads", "event_loop")
 DEFAULT_BATCHING = {"max_batch_size": 32, "batch_timeout_micros": 0, "num_batch_threads": 2,
                     "max_enqueued_batches": 100}
 
@@ -102,6 +104,8 @@ class ModelServer:
         metrics_path: serve Prometheus metrics on the REST port at this path (None: off; see
             :func:`glomo_tf.serving.monitoring.parse_monitoring_config`).
         access_log: one line per request on the ``glomo_tf.serving.access`` logger.
+        rest_api_frontend: ``"threads"`` (a thread per connection) or ``"event_loop"`` (one
+            asyncio loop reads and answers every connection; :mod:`glomo_tf.serving.rest_loop`).
     """
 
     def __init__(self, models=None, *, model_name="default", model_base_path=None,
@@ -113,7 +117,7 @@ class ModelServer:
                  grpc_max_threads=16, max_num_load_retries=5, max_request_elements=1 << 22,
                  max_request_rank=32, max_text_bytes=1 << 20, rest_api_num_threads=4,
                  max_queued_requests=16, rest_api_max_connections=64, metrics_path=None,
-                 access_log=False):
+                 access_log=False, rest_api_frontend="event_loop"):
         from glomo_tf.serving.limits import RequestLimits
         from glomo_tf.serving.models import ModelConfig
         given = sum(x is not None for x in (models, model_base_path, model_config_file))
@@ -121,6 +125,9 @@ class ModelServer:
             raise ValueError("give exactly one of models, model_base_path or model_config_file")
         if grpc_port is None and rest_port is None:
             raise ValueError("enable at least one of the gRPC and REST APIs")
+        if rest_api_frontend not in REST_FRONTENDS:
+            raise ValueError(f"rest_api_frontend must be one of {', '.join(REST_FRONTENDS)}, got "
+                             f"{rest_api_frontend!r}")
         self.limits = RequestLimits(max_request_bytes, max_request_elements, max_request_rank,
                                     max_text_bytes)
         for name, value, least in (("rest_api_num_threads", rest_api_num_threads, 1),
@@ -149,7 +156,7 @@ class ModelServer:
             grpc_max_threads=grpc_max_threads, max_num_load_retries=max_num_load_retries,
             rest_api_num_threads=rest_api_num_threads, max_queued_requests=max_queued_requests,
             rest_api_max_connections=rest_api_max_connections, metrics_path=metrics_path,
-            access_log=access_log)
+            access_log=access_log, rest_api_frontend=rest_api_frontend)
         self.manager = self.batcher = self.core = self.metrics = None
         self._grpc = self._rest = None
         self._stop = threading.Event()
@@ -169,6 +176,7 @@ class ModelServer:
         from glomo_tf.serving.models import ModelManager
         from glomo_tf.serving.monitoring import Metrics
         from glomo_tf.serving.rest import RestServer
+        from glomo_tf.serving.rest_loop import LoopRestServer
         o = self.options
         self.metrics = Metrics()
         self.manager = ModelManager(self.models, tags=o["saved_model_tags"],
@@ -189,7 +197,8 @@ class ModelServer:
                                         o["access_log"])
                 self._grpc.start()
             if self._ports["rest"] is not None:
-                self._rest = RestServer(
+                frontend = RestServer if o["rest_api_frontend"] == "threads" else LoopRestServer
+                self._rest = frontend(
                     self.core, self.host, self._ports["rest"], o["rest_api_timeout_in_ms"],
                     o["cors"], workers=o["rest_api_num_threads"],
                     max_queued=o["max_queued_requests"],
