@@ -244,7 +244,8 @@ def run(args):
     log.info("TensorFlow threads: intra-op %s, inter-op %s (0: TensorFlow's choice)",
              intra_op, inter_op)
     if "MALLOC_ARENA_MAX" not in os.environ:
-        # Each connection is read in its own thread; with glibc's default of 8 arenas per core,
+        # Requests are read and decoded in several threads (a thread per connection with
+        # --rest_api_frontend=threads); with glibc's default of 8 arenas per core,
         # the pages of large requests stay spread over many arenas (see serving/memory.py).
         from glomo_tf.serving.memory import limit_arenas
         limit_arenas(2)

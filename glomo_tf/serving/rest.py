@@ -1,4 +1,5 @@
-"""TF Serving's REST API (https://www.tensorflow.org/tfx/serving/api_rest) on Python's http.server.
+"""TF Serving's REST API (https://www.tensorflow.org/tfx/serving/api_rest) on Python's http.server
+(:class:`RestServer`; :mod:`glomo_tf.serving.rest_loop` serves the same API on an event loop).
 
 Endpoints (paths are case-insensitive, as TF Serving's are; ``{l}`` is a version label)::
 
