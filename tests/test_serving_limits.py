@@ -315,7 +315,9 @@ def test_requests_waiting_in_the_batcher_hold_no_worker_turn(toy_base, tmp_path)
 
 # ----------------------------------------------------------------------------- long texts
 
-def test_long_texts_are_cut_before_tokenisation_with_the_same_answer(glomo_base, monkeypatch):
+@pytest.mark.parametrize("batching", [False, True])
+def test_long_texts_are_cut_before_tokenisation_with_the_same_answer(glomo_base, monkeypatch,
+                                                                   batching):
     base, path = glomo_base
     reference = tf.saved_model.load(path).signatures
     seen = []
@@ -332,7 +334,7 @@ def test_long_texts_are_cut_before_tokenisation_with_the_same_answer(glomo_base,
         "\u3000 " * 3000 + "the cat sat on the mat . " * 2,  # only blanks in the prefix: whole
         "a dog",                                            # short: whole
     ]
-    with serve(base, name="glomo", grpc_port=None, enable_batching=False) as server:
+    with serve(base, name="glomo", grpc_port=None, enable_batching=batching) as server:
         for signature in ("serving_default", "top_k_edges", "mean_graphs"):
             seen.clear()
             status, doc = rest(server.rest_url + "/v1/models/glomo:predict", "POST",

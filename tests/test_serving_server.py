@@ -955,6 +955,36 @@ def test_pipelined_requests_are_answered_in_order_and_100_continue_is_sent(serve
     assert answers == [[-1.0], [-2.0, -3.0], [-4.0]]
 
 
+@pytest.mark.parametrize("head,status,words", [
+    (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", "414", "Request-URI Too Long"),
+    (b"GET /v1/models/toy HTTP/1.1\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n", "431",
+     "Line too long"),
+    (b"GET /v1/models/toy HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 101 + b"\r\n", "431",
+     "Too many headers"),
+    (b"GET /v1/models/toy HTTP/2.0\r\n\r\n", "505", "Invalid HTTP version"),
+    (b"GET /v1/models/toy HTTP/1.x\r\n\r\n", "400", "Bad request version"),
+])
+def test_over_long_or_malformed_request_heads_get_a_json_error(server, head, status, words):
+    """The limits http.server puts on a request's head (65,536 bytes a line, 100 headers) and
+    its version checks, with TF Serving's JSON error body, the head sent in pieces as a slow
+    client would."""
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as connection:
+        for start in range(0, len(head), 4096):
+            connection.sendall(head[start:start + 4096])
+        data = b""
+        while True:
+            try:
+                chunk = connection.recv(65536)
+            except ConnectionResetError:  # the server closed with the rest of the head unread
+                break
+            if not chunk:
+                break
+            data += chunk
+    answer, _, body = data.partition(b"\r\n\r\n")
+    assert answer.split(b"\r\n")[0].split()[1].decode() == status, data[:300]
+    assert words in json.loads(body)["error"], body
+
+
 def test_head_is_answered_like_other_unsupported_methods(server):
     status, _ = _raw_http(server, f"HEAD {PREDICT} HTTP/1.1\r\nHost: x\r\n"
                                   "Connection: close\r\n\r\n".encode())

@@ -234,11 +234,7 @@ class Batcher:
                     start = stop
                     task.finish()
                 return
-        self._run_alone(signature, tasks)  # alone, or the merged run could not be split back
-
-    @staticmethod
-    def _run_alone(signature, tasks):
-        for task in tasks:
+        for task in tasks:  # alone, or the merged run could not be split back
             try:
                 task.result = signature.run(task.inputs)
             except ServingError as error:

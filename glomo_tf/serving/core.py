@@ -62,18 +62,11 @@ class ServingCore:
             if error is None and not bool(np.all(outputs["truncated"][rows])):
                 log.debug("signature %s: a cut text kept too few units; running the whole "
                           "texts", signature.name)
-                try:
-                    task = self.batcher.submit(signature, inputs, done)
+                try:  # queued as the cut texts were: the same signature and rows
+                    tasks.append(self.batcher.submit(signature, inputs, done))
                 except ServingError as refused:
                     done(None, refused)
-                    return
-                if task is not None:
-                    tasks.append(task)
-                    return
-                try:  # cannot happen for the rows that merged cut; run here rather than fail
-                    outputs, error = signature.run(inputs), None
-                except ServingError as failed:
-                    outputs, error = None, failed
+                return
             done(outputs, error)
 
         if shortened is None:

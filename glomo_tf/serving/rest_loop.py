@@ -90,6 +90,9 @@ class _Connection(asyncio.Protocol):
         self.body_length = 0
         self.lingered = 0
         self.paused = False
+        self.scanned = 0  # bytes of a partial head already searched, the lines they hold
+        self.lines = 0  # and where the last one begins
+        self.line_start = 0
 
     # -- asyncio callbacks
     def connection_made(self, transport):
@@ -203,24 +206,30 @@ class _Connection(asyncio.Protocol):
         return line
 
     def _read_head(self):
-        end = self.buffer.find(b"\n\n")
-        crlf = self.buffer.find(b"\r\n\r\n")
+        # Only the bytes not looked at before are searched: a head sent a byte at a time costs
+        # its length, not its length squared.
+        start = max(0, self.scanned - 3)
+        end = self.buffer.find(b"\n\n", start)
+        crlf = self.buffer.find(b"\r\n\r\n", start)
         if crlf >= 0 and (end < 0 or crlf < end):
             end = crlf + 2
         if end < 0:  # not whole yet: check the lines so far against the limits
-            lines = self.buffer.split(b"\n")
-            if len(lines[0]) > MAX_LINE and not self.buffer.startswith(b"\n"):
+            newline = self.buffer.rfind(b"\n", self.scanned)
+            if newline >= 0:
+                self.lines += self.buffer.count(b"\n", self.scanned)
+                self.line_start = newline + 1
+            self.scanned = len(self.buffer)
+            last = len(self.buffer) - self.line_start
+            if last > MAX_LINE and self.lines == 0:
                 self._refuse_head(414, "Request-URI Too Long", http_version="HTTP/1.0")
-                return False
-            if any(len(line) > MAX_LINE for line in lines[1:]):
+            elif last > MAX_LINE:
                 self._refuse_head(431, "Line too long")
-                return False
-            if len(lines) > MAX_HEADERS + 2:
+            elif self.lines > MAX_HEADERS + 1:
                 self._refuse_head(431, "Too many headers")
-                return False
-            if self.eof:
+            elif self.eof:
                 self.transport.close()
             return False
+        self.scanned = self.lines = self.line_start = 0
         head = bytes(self.buffer[:end + 1])
         del self.buffer[:end + 2 if self.buffer[end + 1:end + 2] == b"\n" else end + 1]
         lines = head.split(b"\n")
