@@ -100,6 +100,18 @@ class Admission:
         self.waiting = 0
         self.refused = 0
 
+    def busy(self):
+        """The refusal of a request when every turn is taken and the queue is full."""
+        return ServingError("UNAVAILABLE", f"the server is busy: {self.running} {self.name} "
+                            f"requests running and {self.waiting} waiting (the most it queues); "
+                            f"retry later, or start it with a larger "
+                            f"{self.flag or 'worker count'}")
+
+    def late(self, timeout):
+        """The refusal of a request that waited ``timeout`` seconds for a turn."""
+        return ServingError("DEADLINE_EXCEEDED", f"the request waited {timeout:.3f} s for a "
+                            "turn and was not served")
+
     @contextlib.contextmanager
     def slot(self, timeout=None):
         """Holds one of the ``workers`` turns for the ``with`` block.
@@ -113,17 +125,13 @@ class Admission:
             if self.running >= self.workers:
                 if self.waiting >= self.max_queued:
                     self.refused += 1
-                    raise ServingError(
-                        "UNAVAILABLE", f"the server is busy: {self.running} {self.name} requests "
-                        f"running and {self.waiting} waiting (the most it queues); retry later, "
-                        f"or start it with a larger {self.flag or 'worker count'}")
+                    raise self.busy()
                 self.waiting += 1
                 try:
                     while self.running >= self.workers:
                         remaining = None if deadline is None else deadline - time.monotonic()
                         if remaining is not None and remaining <= 0:
-                            raise ServingError("DEADLINE_EXCEEDED", "the request waited "
-                                               f"{timeout:.3f} s for a turn and was not served")
+                            raise self.late(timeout)
                         self._cv.wait(remaining)
                 finally:
                     self.waiting -= 1

@@ -566,17 +566,13 @@ class _Connection(asyncio.Protocol):
         self._write(request, status, text.encode("utf-8"))
 
     def _predicted(self, request, answer, outputs, error):
-        if request.done:
-            return
-        if error is not None:
-            self._failed(request, error)
-            return
-        try:
-            text = answer.writer(outputs)
-        except Exception as error:
-            self._failed(request, error)
-            return
-        self._write(request, 200, text.encode("utf-8"))
+        text = None
+        if error is None and not request.done:
+            try:
+                text = answer.writer(outputs)
+            except Exception as failed:
+                error = failed
+        self._answered(request, 200, text, error)
 
     def _expired(self, request):
         request.timer = None
@@ -712,10 +708,7 @@ class LoopRestServer(RestApi):
             return True
         if admission.waiting >= admission.max_queued:
             admission.refused += 1
-            connection.turn_refused(request, ServingError(
-                "UNAVAILABLE", f"the server is busy: {admission.running} REST requests running "
-                f"and {admission.waiting} waiting (the most it queues); retry later, or start "
-                f"it with a larger {admission.flag}"))
+            connection.turn_refused(request, admission.busy())
             return False
         admission.waiting += 1
         entry = [connection, request, None]
@@ -729,9 +722,7 @@ class LoopRestServer(RestApi):
             self._waiting.remove(entry)
             self.admission.waiting -= 1
             connection, request, _ = entry
-            connection.turn_refused(request, ServingError(
-                "DEADLINE_EXCEEDED", f"the request waited {self.request_timeout:.3f} s for a "
-                "turn and was not served"))
+            connection.turn_refused(request, self.admission.late(self.request_timeout))
 
     def give_turn_back(self):
         self.admission.running -= 1
