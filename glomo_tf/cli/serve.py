@@ -9,8 +9,8 @@ import sys
 import threading
 
 from glomo_tf.cli.common import HelpFormatter, UsageError
-from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, ModelServer,
-                                     parse_batching_parameters)
+from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, REST_FRONTENDS,
+                                     ModelServer, parse_batching_parameters)
 
 log = logging.getLogger("glomo_tf.serving")
 DESCRIPTION = ("``glomo serve``: a development model server that speaks TF Serving's REST and "
@@ -71,7 +71,7 @@ def register(subparsers):
                         "503 / UNAVAILABLE")
     p.add_argument("--rest_api_max_connections", type=int, default=64,
                    help="open REST connections; one more is answered 503 and closed")
-    p.add_argument("--rest_api_frontend", choices=("event_loop", "threads"), default="event_loop",
+    p.add_argument("--rest_api_frontend", choices=REST_FRONTENDS, default="event_loop",
                    help="how REST connections are served: one asyncio event loop for all (a "
                         "batch's answers written without a thread waiting for each), or a "
                         "thread each (http.server)")

@@ -54,6 +54,59 @@ class BodyTooLarge(Exception):
     pass
 
 
+# ----------------------------------------------------------------------------- HTTP framing
+# (shared by both front ends: the thread-per-connection handler here and rest_loop's)
+
+CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")  # a chunk-size line's digits
+MALFORMED_CHUNKS = ("malformed chunked request body: a chunk size must be hex digits on their own "
+                    "line, and the body must end with a 0-size chunk")
+
+
+def body_length(encodings, lengths, limit):
+    """How a request's body is framed, from its Transfer-Encoding and Content-Length header values:
+    None for chunked, else its length (0 without a Content-Length).
+
+    Raises:
+        ServingError: INVALID_ARGUMENT for a framing this server refuses (the connection must
+            then close): RFC 9112, 6.1-6.3, only "chunked" is understood, and a message with both
+            framings is refused rather than guessed at (request smuggling), as are differing
+            lengths (6.3) and a length that is not 1*DIGIT (RFC 9110, 8.6).
+        BodyTooLarge: a Content-Length over ``limit``.
+    """
+    if encodings:
+        if [e.strip().lower() for e in ",".join(encodings).split(",")] != ["chunked"]:
+            raise invalid(f"unsupported Transfer-Encoding: {', '.join(encodings)} (only "
+                          "chunked)")
+        if lengths:
+            raise invalid("both Transfer-Encoding and Content-Length given; send one")
+        return None
+    lengths = {value.strip() for value in lengths}
+    if not lengths:
+        return 0
+    if len(lengths) > 1:
+        raise invalid(f"conflicting Content-Length headers: {', '.join(sorted(lengths))}")
+    length = lengths.pop()
+    if not (length.isascii() and length.isdigit()):
+        raise invalid(f"bad Content-Length: {length!r}")
+    length = int(length)
+    if length > limit:
+        raise BodyTooLarge(length)
+    return length
+
+
+def too_large_message(size, limit):
+    return (f"Request body of {size} bytes exceeds the limit of {limit} bytes "
+            "(--max_request_bytes)")
+
+
+def not_found_message(method, path):
+    return f"Not found: {method} {path} (TF Serving's REST API is under /v1/models/)"
+
+
+def body_ended_message(got, length):
+    return f"request body ended after {got} of its {length} bytes (Content-Length)"
+
+
 def route_of(method, path):
     """``(model name, API)`` of a request path, as the metrics label them."""
     matched = PREDICT_PATH.fullmatch(path) if method == "POST" else None
@@ -253,26 +306,21 @@ class RestHandler(BaseHTTPRequestHandler):
     def _read_body(self):
         limit = self.server.limits.max_request_bytes
         deadline = time.monotonic() + self.server.body_timeout
-        encodings = self.headers.get_all("Transfer-Encoding") or []
-        if encodings:
-            # RFC 9112, 6.1-6.3: only "chunked" is understood here, and a message with both
-            # framings is refused rather than guessed at (request smuggling).
+        try:
+            length = body_length(self.headers.get_all("Transfer-Encoding") or [],
+                                 self.headers.get_all("Content-Length") or [], limit)
+        except ServingError:
             self.close_connection = True
-            if [e.strip().lower() for e in ",".join(encodings).split(",")] != ["chunked"]:
-                raise invalid(f"unsupported Transfer-Encoding: {', '.join(encodings)} (only "
-                              "chunked)")
-            if self.headers.get_all("Content-Length"):
-                raise invalid("both Transfer-Encoding and Content-Length given; send one")
+            raise
+        if length is None:
             self.close_connection = False
             chunks, total = [], 0
             while True:
                 line = self.rfile.readline(1024)
                 digits = line.split(b";")[0].strip()
-                if not line.endswith(b"\n") or not re.fullmatch(rb"[0-9A-Fa-f]{1,15}", digits):
+                if not line.endswith(b"\n") or not CHUNK_SIZE.fullmatch(digits):
                     self.close_connection = True
-                    raise invalid("malformed chunked request body: a chunk size must be hex "
-                                  "digits on their own line, and the body must end with a "
-                                  "0-size chunk")
+                    raise invalid(MALFORMED_CHUNKS)
                 size = int(digits, 16)
                 if size == 0:
                     while self.rfile.readline(1024).strip():  # trailers
@@ -287,24 +335,12 @@ class RestHandler(BaseHTTPRequestHandler):
                     raise invalid("chunked request body ended inside a chunk")
                 chunks.append(chunk)
                 self.rfile.readline(8)
-        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or []}
-        if not lengths:
+        if not length:
             return b""
-        if len(lengths) > 1:  # RFC 9112, 6.3: differing lengths make the framing invalid
-            self.close_connection = True
-            raise invalid(f"conflicting Content-Length headers: {', '.join(sorted(lengths))}")
-        length = lengths.pop()
-        if not (length.isascii() and length.isdigit()):  # RFC 9110, 8.6: 1*DIGIT
-            self.close_connection = True
-            raise invalid(f"bad Content-Length: {length!r}")
-        length = int(length)
-        if length > limit:
-            raise BodyTooLarge(length)
         body = self._read(length, deadline)
         if len(body) < length:  # the client closed its side early: never predict on a part
             self.close_connection = True
-            raise invalid(f"request body ended after {len(body)} of its {length} bytes "
-                          "(Content-Length)")
+            raise invalid(body_ended_message(len(body), length))
         return body
 
     def _send(self, status, body, content_type="application/json"):
@@ -365,13 +401,11 @@ class RestHandler(BaseHTTPRequestHandler):
                 body = self._read_body() if self._body_unread else b""
                 self._body_unread = False
             except BodyTooLarge as error:
-                self._send_error_json(413, f"Request body of {error.args[0]} bytes exceeds the "
-                                      f"limit of {self.server.limits.max_request_bytes} bytes "
-                                      "(--max_request_bytes)", "RESOURCE_EXHAUSTED")
+                self._send_error_json(413, too_large_message(
+                    error.args[0], self.server.limits.max_request_bytes), "RESOURCE_EXHAUSTED")
                 return
             if not path.lower().startswith("/v1/"):
-                self._send_error_json(404, f"Not found: {method} {path} (TF Serving's REST API "
-                                      "is under /v1/models/)")
+                self._send_error_json(404, not_found_message(method, path))
                 return
             self._large = len(body) >= LARGE_BODY
             status, answer = self.server.dispatch(method, path, body)

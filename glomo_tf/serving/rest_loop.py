@@ -15,10 +15,10 @@ import asyncio
 import collections
 import concurrent.futures
 import email.utils
+import functools
 import http
 import json
 import logging
-import re
 import socket
 import sys
 import threading
@@ -28,7 +28,9 @@ import urllib.parse
 from glomo_tf.serving.errors import ServingError, from_http_status, invalid
 from glomo_tf.serving.memory import release_free_memory
 from glomo_tf.serving.monitoring import CONTENT_TYPE
-from glomo_tf.serving.rest import LARGE_BODY, Prediction, RestApi
+from glomo_tf.serving.rest import (CHUNK_SIZE, LARGE_BODY, MALFORMED_CHUNKS, BodyTooLarge,
+                                   Prediction, RestApi, body_ended_message, body_length,
+                                   not_found_message, too_large_message)
 
 log = logging.getLogger("glomo_tf.serving")
 
@@ -40,7 +42,6 @@ LINGER_BYTES = 1 << 20
 HELD_BYTES = 64 << 10  # bytes read ahead of a running request before reading pauses
 DECODE_IN_POOL = 64 << 10  # bodies of this size or more are decoded in a worker thread
 SERVER_HEADER = f"glomo-serve Python/{sys.version.split()[0]}"
-_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _HAS_BODY = ("POST", "PUT", "PATCH")
 _METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
 
@@ -48,10 +49,10 @@ _METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
 class _Request:
     """One request of a connection (what :meth:`RestApi.finished` reads of a handler)."""
 
-    def __init__(self, method, path, version, headers, close, peer):
+    def __init__(self, method, path, headers, close, peer):
         self.command = method
         self.path = path
-        self.request_version = version
+        self.route = urllib.parse.urlsplit(path).path  # the path without its query
         self.headers = headers  # {lower-case name: [values]}
         self.close_connection = close
         self.peer = peer
@@ -82,7 +83,6 @@ class _Connection(asyncio.Protocol):
         self.request = None
         self.state = "head"  # head -> body | chunks -> running -> head ...; closing; closed
         self.eof = False
-        self.counted = False
         self.timer = None
         self.chunks = None
         self.chunk_left = None
@@ -104,7 +104,7 @@ class _Connection(asyncio.Protocol):
         self.peer, self.peer_port = (peer[0], peer[1]) if isinstance(peer, tuple) else (
             str(peer), "")
         server = self.server
-        if server._connections >= server.max_connections:
+        if len(server.open) >= server.max_connections:
             body = json.dumps({"error": server.busy_message()}).encode()
             transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
                             b"\r\nConnection: close\r\nContent-Length: "
@@ -112,9 +112,7 @@ class _Connection(asyncio.Protocol):
             server.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
             self._linger()
             return
-        server._connections += 1
         server.open.add(self)
-        self.counted = True
         self._idle()
 
     def data_received(self, data):
@@ -143,10 +141,7 @@ class _Connection(asyncio.Protocol):
         return True  # keep the write side open: an answer may still be on its way
 
     def connection_lost(self, error):
-        if self.counted:
-            self.server._connections -= 1
-            self.server.open.discard(self)
-            self.counted = False
+        self.server.open.discard(self)
         self._cancel_timer()
         request, self.request = self.request, None
         if request is not None and not request.done:
@@ -158,7 +153,7 @@ class _Connection(asyncio.Protocol):
             if self.state != "closing":
                 log.info("REST client %s:%s went away: %s", self.peer, self.peer_port,
                          type(error).__name__ if error else "closed")
-                self.server.finished(request, request.command, self._route(request),
+                self.server.finished(request, request.command, request.route,
                                      time.monotonic() - request.started)
         self.state = "closed"
 
@@ -221,7 +216,7 @@ class _Connection(asyncio.Protocol):
             self.scanned = len(self.buffer)
             last = len(self.buffer) - self.line_start
             if last > MAX_LINE and self.lines == 0:
-                self._refuse_head(414, "Request-URI Too Long", http_version="HTTP/1.0")
+                self._refuse_head(414, "Request-URI Too Long")
             elif last > MAX_LINE:
                 self._refuse_head(431, "Line too long")
             elif self.lines > MAX_HEADERS + 1:
@@ -235,7 +230,7 @@ class _Connection(asyncio.Protocol):
         lines = head.split(b"\n")
         request_line = lines[0].rstrip(b"\r").decode("iso-8859-1")
         if len(lines[0]) > MAX_LINE:
-            self._refuse_head(414, "Request-URI Too Long", http_version="HTTP/1.0")
+            self._refuse_head(414, "Request-URI Too Long")
             return False
         words = request_line.split()
         if not words:  # an empty request line: http.server closes without an answer
@@ -253,24 +248,20 @@ class _Connection(asyncio.Protocol):
                     raise ValueError
                 number = int(numbers[0]), int(numbers[1])
             except (ValueError, IndexError):
-                self._refuse_head(400, f"Bad request version ({version!r})",
-                                  http_version="HTTP/1.0")
+                self._refuse_head(400, f"Bad request version ({version!r})")
                 return False
             if number >= (2, 0):
-                self._refuse_head(505, f"Invalid HTTP version ({version.split('/', 1)[1]})",
-                                  http_version="HTTP/1.0")
+                self._refuse_head(505, f"Invalid HTTP version ({version.split('/', 1)[1]})")
                 return False
             close = number < (1, 1)
         if not 2 <= len(words) <= 3:
-            self._refuse_head(400, f"Bad request syntax ({request_line!r})",
-                              http_version="HTTP/1.0")
+            self._refuse_head(400, f"Bad request syntax ({request_line!r})")
             return False
         method, path = words[:2]
         if len(words) == 2:
             close = True
             if method != "GET":
-                self._refuse_head(400, f"Bad HTTP/0.9 request type ({method!r})",
-                                  http_version="HTTP/1.0")
+                self._refuse_head(400, f"Bad HTTP/0.9 request type ({method!r})")
                 return False
         if path.startswith("//"):
             path = "/" + path.lstrip("/")
@@ -299,7 +290,7 @@ class _Connection(asyncio.Protocol):
         elif connection == "keep-alive":
             close = False
         self._cancel_timer()
-        request = _Request(method, path, version, headers, close, self.peer)
+        request = _Request(method, path, headers, close, self.peer)
         self.request = request
         if (",".join(headers.get("expect", [])).lower() == "100-continue"
                 and version >= "HTTP/1.1"):
@@ -307,9 +298,9 @@ class _Connection(asyncio.Protocol):
         self._start(request)
         return self.state in ("body", "chunks")
 
-    def _refuse_head(self, status, message, http_version=None):
+    def _refuse_head(self, status, message):
         """http.server's own refusals (a bad request line or headers), as JSON errors."""
-        request = _Request("", "", http_version or "HTTP/1.1", {}, True, self.peer)
+        request = _Request("", "", {}, True, self.peer)
         request.body_unread = False
         self.request = request
         self.state = "running"
@@ -328,7 +319,7 @@ class _Connection(asyncio.Protocol):
             self.state = "running"
             self._write(request, 204, b"")
             return
-        path = urllib.parse.urlsplit(request.path).path
+        path = request.route
         if method == "GET" and self.server.metrics_path and path == self.server.metrics_path:
             self.state = "running"
             self._write(request, 200, self.server.metrics.exposition().encode("utf-8"),
@@ -364,44 +355,29 @@ class _Connection(asyncio.Protocol):
             self._answer_error(request, error.http_status, error.message, error.code)
 
     def _begin_body(self, request):
-        limit = self.server.limits.max_request_bytes
-        encodings = request.header("transfer-encoding")
         self.timer = self.loop.call_later(self.server.body_timeout, self._body_late, request)
-        if encodings:
+        try:
+            length = body_length(request.header("transfer-encoding"),
+                                 request.header("content-length"),
+                                 self.server.limits.max_request_bytes)
+        except BodyTooLarge as error:
+            self._too_large(request, error.args[0])
+            return
+        except ServingError:
             request.close_connection = True
-            if [e.strip().lower() for e in ",".join(encodings).split(",")] != ["chunked"]:
-                raise invalid(f"unsupported Transfer-Encoding: {', '.join(encodings)} (only "
-                              "chunked)")
-            if request.header("content-length"):
-                raise invalid("both Transfer-Encoding and Content-Length given; send one")
+            raise
+        if length is None:
             request.close_connection = False
             self.chunks, self.body_length = [], 0
             self.chunk_left, self.chunk_end = None, False
             self.state = "chunks"
             return
-        lengths = {value.strip() for value in request.header("content-length")}
-        if not lengths:
-            self.body_length = 0
-            self.state = "body"
-            return
-        if len(lengths) > 1:
-            request.close_connection = True
-            raise invalid(f"conflicting Content-Length headers: {', '.join(sorted(lengths))}")
-        length = lengths.pop()
-        if not (length.isascii() and length.isdigit()):
-            request.close_connection = True
-            raise invalid(f"bad Content-Length: {length!r}")
-        length = int(length)
-        if length > limit:
-            self._too_large(request, length)
-            return
         self.body_length = length
         self.state = "body"
 
     def _too_large(self, request, size):
-        self._answer_error(request, 413, f"Request body of {size} bytes exceeds the limit of "
-                           f"{self.server.limits.max_request_bytes} bytes (--max_request_bytes)",
-                           "RESOURCE_EXHAUSTED")
+        self._answer_error(request, 413, too_large_message(
+            size, self.server.limits.max_request_bytes), "RESOURCE_EXHAUSTED")
 
     def _body_late(self, request):
         self.timer = None
@@ -416,8 +392,7 @@ class _Connection(asyncio.Protocol):
                 got = len(self.buffer)
                 del self.buffer[:]
                 request.close_connection = True
-                self._answer_error(request, 400, f"request body ended after {got} of its "
-                                   f"{self.body_length} bytes (Content-Length)")
+                self._answer_error(request, 400, body_ended_message(got, self.body_length))
             return False
         body = bytes(self.buffer[:self.body_length])
         del self.buffer[:self.body_length]
@@ -448,7 +423,7 @@ class _Connection(asyncio.Protocol):
                         self._bad_chunks(request)
                     return False
                 digits = line.split(b";")[0].strip()
-                if not _CHUNK_SIZE.fullmatch(digits):
+                if not CHUNK_SIZE.fullmatch(digits):
                     self._bad_chunks(request)
                     return False
                 size = int(digits, 16)
@@ -483,42 +458,39 @@ class _Connection(asyncio.Protocol):
 
     def _bad_chunks(self, request):
         request.close_connection = True
-        self._answer_error(request, 400, "malformed chunked request body: a chunk size must be "
-                           "hex digits on their own line, and the body must end with a 0-size "
-                           "chunk")
+        self._answer_error(request, 400, MALFORMED_CHUNKS)
 
     def _body_read(self, request, body):
         self._cancel_timer()
         request.body_unread = False
         self.state = "running"
         request.large = len(body) >= LARGE_BODY
-        self._dispatch(request, urllib.parse.urlsplit(request.path).path, body)
+        self._dispatch(request, request.route, body)
 
     # -- running
     def _dispatch(self, request, path, body):
         if not path.lower().startswith("/v1/"):
-            self._answer_error(request, 404, f"Not found: {request.command} {path} (TF "
-                               "Serving's REST API is under /v1/models/)")
+            self._answer_error(request, 404, not_found_message(request.command, path))
             return
+        work = functools.partial(self.server.dispatch, request.command, path, body)
         if len(body) >= DECODE_IN_POOL:  # a large parse must not hold up the other connections
-            self.server.pool.submit(self._dispatch_in_pool, request, path, body)
+            self._in_pool(work, self._dispatched, request)
             return
         try:
-            status, answer = self.server.dispatch(request.command, path, body)
-        except Exception as error:
-            self._give_turn_back(request)
-            self._failed(request, error)
-            return
-        self._give_turn_back(request)
-        self._run(request, status, answer)
+            result, error = work(), None
+        except Exception as failed:
+            result, error = None, failed
+        self._dispatched(request, result, error)
 
-    def _dispatch_in_pool(self, request, path, body):
-        try:
-            result = self.server.dispatch(request.command, path, body)
-        except Exception as error:
-            self.loop.call_soon_threadsafe(self._dispatched, request, None, error)
-            return
-        self.loop.call_soon_threadsafe(self._dispatched, request, result, None)
+    def _in_pool(self, work, then, *args):
+        """Runs ``work()`` in the pool, then ``then(*args, result, error)`` on the loop."""
+        def run():
+            try:
+                result, error = work(), None
+            except Exception as failed:
+                result, error = None, failed
+            self.loop.call_soon_threadsafe(then, *args, result, error)
+        self.server.pool.submit(run)
 
     def _dispatched(self, request, result, error):
         self._give_turn_back(request)
@@ -545,17 +517,9 @@ class _Connection(asyncio.Protocol):
                     request.timer = self.loop.call_later(timeout, self._expired, request)
                 return
         if callable(answer):
-            self.server.pool.submit(self._answer_in_pool, request, status, answer)
+            self._in_pool(answer, self._answered, request, status)
             return
         self._write(request, status, answer.encode("utf-8"))
-
-    def _answer_in_pool(self, request, status, answer):
-        try:
-            text = answer()
-        except Exception as error:
-            self.loop.call_soon_threadsafe(self._answered, request, status, None, error)
-            return
-        self.loop.call_soon_threadsafe(self._answered, request, status, text, None)
 
     def _answered(self, request, status, text, error):
         if request.done:
@@ -626,7 +590,7 @@ class _Connection(asyncio.Protocol):
             head.append("Connection: close")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("iso-8859-1")
         self.transport.write(data + body if request.command != "HEAD" else data)
-        self.server.finished(request, request.command, self._route(request),
+        self.server.finished(request, request.command, request.route,
                              time.monotonic() - request.started)
         if request.large:  # once this callback's references to its arrays are gone
             self.loop.call_soon(self.server.pool.submit, release_free_memory)
@@ -639,10 +603,6 @@ class _Connection(asyncio.Protocol):
         self._resume()
         if self.buffer or self.eof:
             self.loop.call_soon(self._advance)
-
-    @staticmethod
-    def _route(request):
-        return urllib.parse.urlsplit(request.path).path if request.path else ""
 
     def _linger(self):
         """Close after the answer, reading briefly what the client still sends (a body the
@@ -680,8 +640,7 @@ class LoopRestServer(RestApi):
         self.server_address = self.socket.getsockname()
         self.pool = concurrent.futures.ThreadPoolExecutor(workers,
                                                           thread_name_prefix="glomo-serve-rest")
-        self._connections = 0
-        self.open = set()
+        self.open = set()  # the connections being served (a refused one is not)
         self.loop = None
         self._server = None
         self._thread = None
@@ -691,6 +650,10 @@ class LoopRestServer(RestApi):
     @property
     def port(self):
         return self.server_address[1]
+
+    @property
+    def _connections(self):  # as RestServer counts them
+        return len(self.open)
 
     def date(self):
         now = int(time.time())
