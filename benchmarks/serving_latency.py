@@ -11,6 +11,9 @@ interpreter), and times the same requests three ways:
 
 At each concurrency level (default 1 and 8) that many threads send requests back to back; the
 JSON printed on stdout has p50/p99/mean latency in milliseconds and requests/s per mode and level.
+Each mode's requests are sent in ``--blocks`` blocks (default 4; fewer where a block would give
+a thread fewer than 10 requests), the three modes taking turns block by block, so that the machine's speed drifting during a round (it does, on a shared
+machine) moves every mode alike instead of the one measured in that stretch.
 Served latencies include the client's encoding and decoding of the outputs (NumPy arrays out).
 ``--rounds`` repeats the whole measurement (default 3) against the same server; the JSON holds
 every round (``runs``; ``results`` is the first) and, per round, what REST adds to the p50 and
@@ -72,6 +75,9 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request (s)")
     p.add_argument("--rounds", type=int, default=3,
                    help="times every mode and level is measured, one after another")
+    p.add_argument("--blocks", type=int, default=4,
+                   help="blocks each mode's requests are sent in per level and round, the modes "
+                        "taking turns block by block (1: each mode's requests in one go)")
     p.add_argument("--serve-flags", default="",
                    help="more flags for glomo serve, e.g. '--tensorflow_intra_op_parallelism=1'")
     return p.parse_args(argv)
@@ -117,12 +123,14 @@ def summarise(latencies, wall):
             "requests_per_s": round(len(ordered) / wall, 2)}
 
 
-def time_calls(make_call, concurrency, requests, warmup):
-    """Each of ``concurrency`` threads calls its own ``make_call()`` back to back."""
-    calls = [make_call() for _ in range(concurrency)]
-    for call in calls:
-        for _ in range(max(1, warmup // concurrency)):
-            call(0)
+MIN_PER_THREAD = 10
+
+
+def _block(calls, requests, first=0):
+    """``requests`` calls spread over the threads of ``calls`` (one per thread), sent back to back
+    (a thread's calls numbered from ``first``): (latencies, wall seconds from the start line to
+    the last answer)."""
+    concurrency = len(calls)
     per_thread = [requests // concurrency + (i < requests % concurrency)
                   for i in range(concurrency)]
     latencies = [[] for _ in range(concurrency)]
@@ -134,7 +142,7 @@ def time_calls(make_call, concurrency, requests, warmup):
         try:
             for i in range(per_thread[index]):
                 begin = time.perf_counter()
-                calls[index](i)
+                calls[index](first + i)
                 latencies[index].append(time.perf_counter() - begin)
         except Exception as error:  # reported, not hidden
             errors.append(repr(error))
@@ -149,7 +157,38 @@ def time_calls(make_call, concurrency, requests, warmup):
     wall = time.perf_counter() - begin
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed, first: {errors[0]}")
-    return summarise([x for part in latencies for x in part], wall)
+    return [x for part in latencies for x in part], wall
+
+
+def time_modes(makers, concurrency, requests, warmup, blocks=1):
+    """``{mode: summary}`` at one concurrency level: ``concurrency`` threads per mode, each
+    calling its own ``makers[mode]()`` back to back. Every mode's ``requests`` are sent in
+    ``blocks`` blocks, the modes taking turns block by block (their order rotated at every block),
+    so that a change in the machine's speed during the measurement falls on every mode alike
+    (fewer blocks where a block would give a thread fewer than ``MIN_PER_THREAD`` requests);
+    requests/s is a mode's requests over the sum of its blocks' wall times."""
+    calls = {mode: [make() for _ in range(concurrency)] for mode, make in makers.items()}
+    for mode_calls in calls.values():
+        for call in mode_calls:
+            for _ in range(max(1, warmup // concurrency)):
+                call(0)
+    # A block shorter than a few requests per thread would time mostly its ramp-up and drain.
+    blocks = max(1, min(blocks, requests // (MIN_PER_THREAD * concurrency)))
+    sizes = [requests // blocks + (i < requests % blocks) for i in range(blocks)]
+    modes = list(calls)
+    latencies = {mode: [] for mode in modes}
+    walls = dict.fromkeys(modes, 0.0)
+    for index, size in enumerate(sizes):
+        for mode in modes[index % len(modes):] + modes[:index % len(modes)]:
+            block, wall = _block(calls[mode], size, sum(sizes[:index]) // concurrency)
+            latencies[mode] += block
+            walls[mode] += wall
+    return {mode: summarise(latencies[mode], walls[mode]) for mode in modes}
+
+
+def time_calls(make_call, concurrency, requests, warmup):
+    """Each of ``concurrency`` threads calls its own ``make_call()`` back to back."""
+    return time_modes({"calls": make_call}, concurrency, requests, warmup)["calls"]
 
 
 def client_decode(port, args, texts, repeats=30):
@@ -203,9 +242,11 @@ def main(argv=None):
     import numpy as np
     import tensorflow as tf
     from glomo_tf.serving import ServingClient
+    from glomo_tf.serving.models import register_serving_ops
 
     workdir = tempfile.mkdtemp(prefix="glomo-serving-bench-")
     base = args.model_base_path or make_export(args, workdir)
+    register_serving_ops()  # an export's tokenizer ops, as glomo serve registers them
     versions = sorted(int(v) for v in os.listdir(base) if v.isdigit())
     signature = tf.saved_model.load(os.path.join(base, str(versions[-1]))).signatures[
         args.signature]
@@ -254,8 +295,9 @@ def main(argv=None):
         for round_ in range(args.rounds):
             results = []
             for concurrency in args.concurrency:
-                for mode, make_call in modes.items():
-                    summary = time_calls(make_call, concurrency, args.requests, args.warmup)
+                summaries = time_modes(modes, concurrency, args.requests, args.warmup,
+                                       args.blocks)
+                for mode, summary in summaries.items():
                     results.append(dict(mode=mode, concurrency=concurrency, **summary))
                     print(f"round {round_ + 1} {mode:>10} x{concurrency}: p50 "
                           f"{summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, "
@@ -276,7 +318,8 @@ def main(argv=None):
         "notes": "latency per request, client encode/decode included; glomo serve in a "
                  "subprocess on 127.0.0.1; concurrent GLoMo text requests are merged into one "
                  "batch padded to its longest text and each answer is cut back to its own "
-                 "length",
+                 f"length; each mode's requests in up to {args.blocks} blocks per level and "
+                 f"round (at least {MIN_PER_THREAD} requests a thread), the modes taking turns",
         "results": runs[0],
         "runs": runs,
         "rest_vs_in_process": rest_vs_in_process(runs, args.concurrency),

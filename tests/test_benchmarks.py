@@ -140,3 +140,42 @@ def test_sparse_mixture_json():
     assert all(diffs["top_k=2"][t] > 1e-3 for t in ("8", "12"))
     assert result["results"]["top_k=2"]["12"]["input_mb"] < result["results"]["dense"]["12"][
         "input_mb"]
+
+
+def _serving_latency():
+    spec = importlib.util.spec_from_file_location(
+        "serving_latency", os.path.join(BENCHMARKS, "serving_latency.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_serving_latency_modes_take_turns_block_by_block():
+    """Each mode's requests go in blocks, the modes alternating with their order rotated, every
+    request index sent once per mode; at concurrency 8 a block keeps at least MIN_PER_THREAD
+    requests a thread (fewer blocks), and one block is the old one-mode-at-a-time order."""
+    module = _serving_latency()
+    sent = []
+
+    def maker(mode):
+        return lambda: (lambda i: sent.append((mode, i)))
+
+    makers = {mode: maker(mode) for mode in ("a", "b", "c")}
+    summaries = module.time_modes(makers, 1, 40, 3, blocks=4)
+    timed = sent[9:]  # after 3 warm-up calls per mode
+    assert sent[:9] == [(m, 0) for m in "aaabbbccc"]
+    runs = [timed[i][0] for i in range(0, len(timed), 10)]
+    assert runs == list("abc" "bca" "cab" "abc")  # blocks of 10, order rotated every block
+    for mode in "abc":
+        assert sorted(i for m, i in timed if m == mode) == list(range(40))
+        assert summaries[mode]["requests"] == 40
+
+    sent.clear()
+    module.time_modes(makers, 8, 200, 0, blocks=4)  # 200 // (10 * 8) = 2 blocks of 100
+    modes = [m for m, _ in sent[3 * 8:]]
+    changes = [i for i in range(1, len(modes)) if modes[i] != modes[i - 1]]
+    assert len(modes) == 600 and changes == [100, 200, 300, 400, 500]
+
+    sent.clear()
+    module.time_modes(makers, 1, 30, 0, blocks=1)
+    assert [m for m, _ in sent[3:]] == ["a"] * 30 + ["b"] * 30 + ["c"] * 30
