@@ -18,7 +18,8 @@ Served latencies include the client's encoding and decoding of the outputs (NumP
 ``--rounds`` repeats the whole measurement (default 3) against the same server; the JSON holds
 every round (``runs``; ``results`` is the first) and, per round, what REST adds to the p50 and
 REST's throughput over in-process's (``rest_vs_in_process``). ``client_decode`` is what reading
-one REST answer takes the client: its simdjson reader against orjson's nested lists.
+one REST answer takes the client: its simdjson reader against orjson's nested lists;
+``server_encode`` what writing it takes the server (the two JSON costs REST adds to a call).
 
 Examples::
 
@@ -191,20 +192,26 @@ def time_calls(make_call, concurrency, requests, warmup):
     return time_modes({"calls": make_call}, concurrency, requests, warmup)["calls"]
 
 
-def client_decode(port, args, texts, repeats=30):
-    """ms the client takes to read one REST answer (raw bytes -> arrays): simdjson's reader
-    (the `serve` extra) against orjson's nested lists with ``np.asarray``, medians of
-    ``repeats``, alternated, on the answer's real bytes."""
+def answer_bytes(port, args, texts):
+    """The body of the server's REST answer to a predict request of ``texts``."""
     import http.client
-    from glomo_tf.serving import ServingClient, tensors
-    with ServingClient(f"127.0.0.1:{port}", args.model_name, retries=0) as client:
-        spec = client.signature(args.signature)
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=args.timeout)
     connection.request("POST", f"/v1/models/{args.model_name}:predict", json.dumps(
         {"signature_name": args.signature, "inputs": texts}).encode(),
         {"Content-Type": "application/json"})
     payload = connection.getresponse().read()
     connection.close()
+    return payload
+
+
+def client_decode(port, args, texts, repeats=30):
+    """ms the client takes to read one REST answer (raw bytes -> arrays): simdjson's reader
+    (the `serve` extra) against orjson's nested lists with ``np.asarray``, medians of
+    ``repeats``, alternated, on the answer's real bytes."""
+    from glomo_tf.serving import ServingClient, tensors
+    with ServingClient(f"127.0.0.1:{port}", args.model_name, retries=0) as client:
+        spec = client.signature(args.signature)
+    payload = answer_bytes(port, args, texts)
 
     def general():
         outputs = tensors.loads(payload)["outputs"]
@@ -221,6 +228,23 @@ def client_decode(port, args, texts, repeats=30):
                 raise RuntimeError(f"{name} did not read the answer (is pysimdjson installed?)")
     return {"answer_bytes": len(payload),
             **{f"{name}_ms": round(1000 * statistics.median(v), 3) for name, v in times.items()}}
+
+
+def server_encode(port, args, texts, outputs, repeats=30):
+    """ms the server takes to write one REST answer (arrays -> JSON bytes, as glomo serve writes
+    a columnar answer), median of ``repeats`` in this process on ``outputs`` (the in-process
+    call's): the same bytes as the server's answer, checked. Back to back, so its caches are
+    warm: in the server, right after the model has run, it takes longer."""
+    from glomo_tf.serving import tensors
+    payload = answer_bytes(port, args, texts)
+    if tensors.columnar_json(outputs).encode("utf-8") != payload:
+        raise RuntimeError("the server's answer is not the columnar JSON of the same outputs")
+    times = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        tensors.columnar_json(outputs).encode("utf-8")
+        times.append(time.perf_counter() - begin)
+    return {"answer_bytes": len(payload), "ms": round(1000 * statistics.median(times), 3)}
 
 
 def rest_vs_in_process(runs, levels):
@@ -289,6 +313,7 @@ def main(argv=None):
                 np.testing.assert_array_equal(got[name], value, err_msg=f"{protocol} {name}")
 
         decode = client_decode(rest_port, args, batch(0))
+        encode = server_encode(rest_port, args, batch(0), want)
 
         modes = {"in_process": in_process, "rest": served("rest", rest_port),
                  "grpc": served("grpc", grpc_port)}
@@ -324,6 +349,7 @@ def main(argv=None):
         "runs": runs,
         "rest_vs_in_process": rest_vs_in_process(runs, args.concurrency),
         "client_decode": decode,
+        "server_encode": encode,
     }, indent=2))
     return 0
 

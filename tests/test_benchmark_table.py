@@ -90,6 +90,9 @@ def serving_latency_row(output="serving_latency"):
         figures += (f"; the client reads one answer ({decode['answer_bytes'] / 1e3:,.0f} KB) in "
                     f"{decode['simdjson_ms']:.2f} ms (simdjson) against {decode['orjson_ms']:.2f}"
                     " ms (orjson lists)")
+    encode = r.get("server_encode")
+    if encode:
+        figures += f"; the server writes it in {encode['ms']:.2f} ms"
     return row("serving_latency.py", output, figures, r)
 
 
