@@ -12,8 +12,9 @@ interpreter), and times the same requests three ways:
 At each concurrency level (default 1 and 8) that many threads send requests back to back; the
 JSON printed on stdout has p50/p99/mean latency in milliseconds and requests/s per mode and level.
 Each mode's requests are sent in ``--blocks`` blocks (default 4; fewer where a block would give
-a thread fewer than 10 requests), the three modes taking turns block by block, so that the machine's speed drifting during a round (it does, on a shared
-machine) moves every mode alike instead of the one measured in that stretch.
+a thread fewer than 10 requests), the three modes taking turns block by block, so that the
+machine's speed drifting during a round (it does, on a shared machine) moves every mode alike
+instead of the one measured in that stretch.
 Served latencies include the client's encoding and decoding of the outputs (NumPy arrays out).
 ``--rounds`` repeats the whole measurement (default 3) against the same server; the JSON holds
 every round (``runs``; ``results`` is the first) and, per round, what REST adds to the p50 and
@@ -187,11 +188,6 @@ def time_modes(makers, concurrency, requests, warmup, blocks=1):
     return {mode: summarise(latencies[mode], walls[mode]) for mode in modes}
 
 
-def time_calls(make_call, concurrency, requests, warmup):
-    """Each of ``concurrency`` threads calls its own ``make_call()`` back to back."""
-    return time_modes({"calls": make_call}, concurrency, requests, warmup)["calls"]
-
-
 def answer_bytes(port, args, texts):
     """The body of the server's REST answer to a predict request of ``texts``."""
     import http.client
@@ -204,14 +200,13 @@ def answer_bytes(port, args, texts):
     return payload
 
 
-def client_decode(port, args, texts, repeats=30):
+def client_decode(port, args, payload, repeats=30):
     """ms the client takes to read one REST answer (raw bytes -> arrays): simdjson's reader
     (the `serve` extra) against orjson's nested lists with ``np.asarray``, medians of
-    ``repeats``, alternated, on the answer's real bytes."""
+    ``repeats``, alternated, on the answer's real bytes ``payload``."""
     from glomo_tf.serving import ServingClient, tensors
     with ServingClient(f"127.0.0.1:{port}", args.model_name, retries=0) as client:
         spec = client.signature(args.signature)
-    payload = answer_bytes(port, args, texts)
 
     def general():
         outputs = tensors.loads(payload)["outputs"]
@@ -230,13 +225,12 @@ def client_decode(port, args, texts, repeats=30):
             **{f"{name}_ms": round(1000 * statistics.median(v), 3) for name, v in times.items()}}
 
 
-def server_encode(port, args, texts, outputs, repeats=30):
+def server_encode(payload, outputs, repeats=30):
     """ms the server takes to write one REST answer (arrays -> JSON bytes, as glomo serve writes
     a columnar answer), median of ``repeats`` in this process on ``outputs`` (the in-process
-    call's): the same bytes as the server's answer, checked. Back to back, so its caches are
-    warm: in the server, right after the model has run, it takes longer."""
+    call's): the same bytes as the server's answer ``payload``, checked. Back to back, so its
+    caches are warm: in the server, right after the model has run, it takes longer."""
     from glomo_tf.serving import tensors
-    payload = answer_bytes(port, args, texts)
     if tensors.columnar_json(outputs).encode("utf-8") != payload:
         raise RuntimeError("the server's answer is not the columnar JSON of the same outputs")
     times = []
@@ -312,8 +306,9 @@ def main(argv=None):
             for name, value in want.items():
                 np.testing.assert_array_equal(got[name], value, err_msg=f"{protocol} {name}")
 
-        decode = client_decode(rest_port, args, batch(0))
-        encode = server_encode(rest_port, args, batch(0), want)
+        payload = answer_bytes(rest_port, args, batch(0))
+        decode = client_decode(rest_port, args, payload)
+        encode = server_encode(payload, want)
 
         modes = {"in_process": in_process, "rest": served("rest", rest_port),
                  "grpc": served("grpc", grpc_port)}
