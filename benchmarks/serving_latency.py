@@ -1,9 +1,9 @@
 """Serving latency: ``glomo serve`` over REST and gRPC vs in-process calls of the same SavedModel.
 
 Exports a small GLoMo graph predictor (random weights: latency does not depend on training) with
-``glomo_tf.export.export_saved_model`` unless ``--model-base-path`` names an existing export, starts
-``glomo serve`` on it in a subprocess (so that client and server do not share one Python
-interpreter), and times the same requests three ways:
+``glomo_tf.export.export_saved_model``, in a subprocess, unless ``--model-base-path`` names an
+existing export, starts ``glomo serve`` on it in a subprocess (so that client and server do not
+share one Python interpreter), and times the same requests three ways:
 
 - ``in_process``: ``tf.saved_model.load(...).signatures[signature](...)`` in this process;
 - ``rest``: :class:`glomo_tf.serving.ServingClient` over HTTP/JSON (columnar format);
@@ -100,6 +100,23 @@ def make_export(args, directory):
     path = export_saved_model(predictor, tokenizer, directory, args.model_name,
                               max_length=args.max_length)
     return os.path.dirname(path)
+
+
+def export_in_subprocess(args, directory):
+    """:func:`make_export` in a process of its own. Building and exporting the Keras model in
+    this process left its Python code slower for the rest of its life, with the machine otherwise
+    idle (a pure-Python loop 1.5x, orjson writing the large answer 2.2-2.6x, simdjson reading it
+    1.2-1.4x): a cost that fell on the REST and gRPC clients' side of the comparison."""
+    size = ["--hidden-dim", str(args.hidden_dim), "--layers", str(args.layers), "--heads",
+            str(args.heads), "--max-length", str(args.max_length), "--model-name",
+            args.model_name]
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import serving_latency as s; "
+            "print(s.make_export(s.parse_args(sys.argv[3:]), sys.argv[2]))")
+    done = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(
+        __file__)), directory, *size], cwd=REPO_ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"exporting the benchmark's model failed:\n{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 def make_texts(args, count):
@@ -263,7 +280,7 @@ def main(argv=None):
     from glomo_tf.serving.models import register_serving_ops
 
     workdir = tempfile.mkdtemp(prefix="glomo-serving-bench-")
-    base = args.model_base_path or make_export(args, workdir)
+    base = args.model_base_path or export_in_subprocess(args, workdir)
     register_serving_ops()  # an export's tokenizer ops, as glomo serve registers them
     versions = sorted(int(v) for v in os.listdir(base) if v.isdigit())
     signature = tf.saved_model.load(os.path.join(base, str(versions[-1]))).signatures[
