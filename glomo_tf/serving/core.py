@@ -10,6 +10,17 @@ from glomo_tf.serving.models import STATES
 log = logging.getLogger("glomo_tf.serving")
 
 
+def cut_answer_stands(signature, outputs, rows):
+    """Whether the answer to texts cut by ``signature.shorten_texts`` is the whole texts' answer:
+    every cut row still ``truncated`` (its units ran past ``max_length``); else the whole texts
+    must run."""
+    if bool(np.all(outputs["truncated"][rows])):
+        return True
+    log.debug("signature %s: a cut text kept too few units; running the whole texts",
+              signature.name)
+    return False
+
+
 class ServingCore:
     """Runs requests against a :class:`~glomo_tf.serving.models.ModelManager`.
 
@@ -36,10 +47,8 @@ class ServingCore:
         if shortened is not None:
             cut_inputs, rows = shortened
             outputs = self._run(signature, cut_inputs, timeout)
-            if bool(np.all(outputs["truncated"][rows])):
+            if cut_answer_stands(signature, outputs, rows):
                 return outputs
-            log.debug("signature %s: a cut text kept too few units; running the whole texts",
-                      signature.name)
         return self._run(signature, inputs, timeout)
 
     def submit(self, signature, inputs, done):
@@ -59,9 +68,7 @@ class ServingCore:
                 task.cancelled = True
 
         def whole(outputs, error):
-            if error is None and not bool(np.all(outputs["truncated"][rows])):
-                log.debug("signature %s: a cut text kept too few units; running the whole "
-                          "texts", signature.name)
+            if error is None and not cut_answer_stands(signature, outputs, rows):
                 try:  # queued as the cut texts were: the same signature and rows
                     tasks.append(self.batcher.submit(signature, inputs, done))
                 except ServingError as refused:

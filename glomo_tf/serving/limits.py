@@ -112,6 +112,43 @@ class Admission:
         return ServingError("DEADLINE_EXCEEDED", f"the request waited {timeout:.3f} s for a "
                             "turn and was not served")
 
+    def _take(self):
+        """Under the lock: True with a turn taken; False with the caller counted as waiting.
+
+        Raises:
+            ServingError: UNAVAILABLE (:meth:`busy`) when the queue is full.
+        """
+        if self.running < self.workers:
+            self.running += 1
+            return True
+        if self.waiting >= self.max_queued:
+            self.refused += 1
+            raise self.busy()
+        self.waiting += 1
+        return False
+
+    def take(self):
+        """A turn without waiting, for a caller that keeps its own queue (an event loop): True
+        when one was free (held until :meth:`give_back`); False when every turn is taken, the
+        caller then counted as waiting until it calls :meth:`leave_queue`.
+
+        Raises:
+            ServingError: UNAVAILABLE (:meth:`busy`) when the queue is full.
+        """
+        with self._cv:
+            return self._take()
+
+    def leave_queue(self):
+        """A caller :meth:`take` counted as waiting no longer waits."""
+        with self._cv:
+            self.waiting -= 1
+
+    def give_back(self):
+        """Give a turn back."""
+        with self._cv:
+            self.running -= 1
+            self._cv.notify()
+
     @contextlib.contextmanager
     def slot(self, timeout=None):
         """Holds one of the ``workers`` turns for the ``with`` block.
@@ -122,11 +159,7 @@ class Admission:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            if self.running >= self.workers:
-                if self.waiting >= self.max_queued:
-                    self.refused += 1
-                    raise self.busy()
-                self.waiting += 1
+            if not self._take():
                 try:
                     while self.running >= self.workers:
                         remaining = None if deadline is None else deadline - time.monotonic()
@@ -135,10 +168,8 @@ class Admission:
                         self._cv.wait(remaining)
                 finally:
                     self.waiting -= 1
-            self.running += 1
+                self.running += 1
         try:
             yield
         finally:
-            with self._cv:
-                self.running -= 1
-                self._cv.notify()
+            self.give_back()

@@ -453,9 +453,14 @@ class RestApi:
         self.metrics.gauge(":glomo:serving:running_requests", "entrypoint", "REST",
                            lambda: self.admission.running)
 
-    def busy_message(self):
-        return (f"the server is busy: {self.max_connections} connections are open (the most "
-                "it takes); retry later")
+    def refuse_connection(self):
+        """The 503 answer (closing) of a connection over ``max_connections``, counted."""
+        body = json.dumps({"error": f"the server is busy: {self.max_connections} connections "
+                                    "are open (the most it takes); retry later"}).encode()
+        self.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
+        return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: " + str(len(body)).encode()
+                + b"\r\n\r\n" + body)
 
     def finished(self, handler, method, path, seconds):
         """Count an answered request and write its access-log line."""
@@ -467,7 +472,6 @@ class RestApi:
             access_log.info('%s "%s %s" %s %d %.1fms', handler.address_string(), method,
                             handler.path, status if status is not None else "-", size,
                             seconds * 1e3)
-
 
     # -- routing
     def dispatch(self, method, path, body):
@@ -570,7 +574,6 @@ class RestApi:
         return Prediction(self.core, signature, inputs, writer, self.request_timeout)
 
 
-
 class RestServer(RestApi, ThreadingHTTPServer):
     """The REST front end on Python's ``http.server``: a thread per connection.
 
@@ -622,16 +625,13 @@ class RestServer(RestApi, ThreadingHTTPServer):
                 self._connections -= 1
 
     def _refuse(self, request):
-        body = json.dumps({"error": self.busy_message()}).encode()
+        answer = self.refuse_connection()
         try:
             request.settimeout(1.0)
-            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
-                            b"\r\nConnection: close\r\nContent-Length: "
-                            + str(len(body)).encode() + b"\r\n\r\n" + body)
+            request.sendall(answer)
         except OSError:
             pass
         self.shutdown_request(request)
-        self.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
 
     def shutdown_request(self, request):
         """A lingering close: after the answer, read briefly what the client still sends (a

@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 
-from glomo_tf.serving.errors import ServingError, from_http_status, invalid
+from glomo_tf.serving.errors import ServingError, from_http_status
 from glomo_tf.serving.memory import release_free_memory
 from glomo_tf.serving.monitoring import CONTENT_TYPE
 from glomo_tf.serving.rest import (CHUNK_SIZE, LARGE_BODY, MALFORMED_CHUNKS, BodyTooLarge,
@@ -105,11 +105,7 @@ class _Connection(asyncio.Protocol):
             str(peer), "")
         server = self.server
         if len(server.open) >= server.max_connections:
-            body = json.dumps({"error": server.busy_message()}).encode()
-            transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
-                            b"\r\nConnection: close\r\nContent-Length: "
-                            + str(len(body)).encode() + b"\r\n\r\n" + body)
-            server.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
+            transport.write(server.refuse_connection())
             self._linger()
             return
         server.open.add(self)
@@ -665,15 +661,12 @@ class LoopRestServer(RestApi):
     def take_turn(self, connection, request):
         """True when ``request`` has a turn now; else it waits (``connection.turn_given`` when
         one is free) or is refused (``connection.turn_refused``)."""
-        admission = self.admission
-        if admission.running < admission.workers:
-            admission.running += 1
-            return True
-        if admission.waiting >= admission.max_queued:
-            admission.refused += 1
-            connection.turn_refused(request, admission.busy())
+        try:
+            if self.admission.take():
+                return True
+        except ServingError as refused:
+            connection.turn_refused(request, refused)
             return False
-        admission.waiting += 1
         entry = [connection, request, None]
         if self.request_timeout is not None:
             entry[2] = self.loop.call_later(self.request_timeout, self._turn_late, entry)
@@ -683,20 +676,20 @@ class LoopRestServer(RestApi):
     def _turn_late(self, entry):
         if entry in self._waiting:
             self._waiting.remove(entry)
-            self.admission.waiting -= 1
+            self.admission.leave_queue()
             connection, request, _ = entry
             connection.turn_refused(request, self.admission.late(self.request_timeout))
 
     def give_turn_back(self):
-        self.admission.running -= 1
+        self.admission.give_back()
         while self._waiting and self.admission.running < self.admission.workers:
             connection, request, timer = self._waiting.popleft()
-            self.admission.waiting -= 1
+            self.admission.leave_queue()
             if timer is not None:
                 timer.cancel()
             if request.done or connection.state == "closed":
                 continue
-            self.admission.running += 1
+            self.admission.take()  # a turn is free: held from here
             connection.turn_given(request)
 
     # -- lifecycle
