@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import ops
+from glomo_tf.layers._common import time_slice
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -96,7 +97,10 @@ class ContextDecoder(keras.layers.Layer):
         embedding_matrix = tf.cast(embedding_matrix, self.compute_dtype)
         target_emb = tf.gather(embedding_matrix, targets)  # [B, S, D, d]
         batch, num_pos = tf.shape(targets)[0], tf.shape(targets)[1]
-        inputs = tf.concat([tf.zeros_like(target_emb[:, :, :1]), target_emb[:, :, :-1]], axis=2)
+        # [0, emb(x_{t+1}), .., emb(x_{t+D-1})]: the targets shifted one step (a Slice and a pad,
+        # whose gradients are cheap on CPU outside XLA)
+        inputs = tf.pad(time_slice(target_emb, 0, self.context_length - 1, axis=2),
+                        [[0, 0], [0, 0], [1, 0], [0, 0]])
         inputs = tf.reshape(inputs, [-1, self.context_length, self.hidden_dim])
         state = tf.reshape(tf.cast(initial_states, self.compute_dtype), [-1, self.hidden_dim])
         state = self.state_dropout(state, training=training)

@@ -109,8 +109,9 @@ class FeaturePredictor(keras.layers.Layer):
     def _compose_layers(self, features, graphs, padding_mask, count):
         """The features of the first ``count`` layers, each ``[B, 2, T, d]`` (padding zeroed)."""
         outputs = []
+        layer_graphs = tf.unstack(graphs, axis=2)  # an unstack's gradient is one stack
         for layer in range(count):
-            features = self.compose(features, graphs[:, :, layer])
+            features = self.compose(features, layer_graphs[layer])
             if padding_mask is not None:
                 features = features * tf.cast(padding_mask, features.dtype)[:, None, :, None]
             outputs.append(features)
@@ -137,7 +138,7 @@ class FeaturePredictor(keras.layers.Layer):
         features = lower[-1] if lower else features
         positions = tf.cast(positions, tf.int32)
         if top_rows is None:
-            top = self.compose(features, graphs[:, :, -1], rows=positions)
+            top = self.compose(features, tf.unstack(graphs, axis=2)[-1], rows=positions)
         else:
             top = self.compose(features, tf.cast(top_rows, self.compute_dtype), rows=positions,
                                graph_at_rows=True)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from glomo_tf import hparams, ops
 from glomo_tf.hparams import COMPOSITIONS, NORMALIZATIONS, THRESHOLDS
-from glomo_tf.layers._common import compute_cast, direction_rows
+from glomo_tf.layers._common import compute_cast, direction_rows, time_slice
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 
 # Added to the variance in the CNNs' batch norm (the reference code's, PyTorch's default).
@@ -335,11 +335,11 @@ class GraphPredictor(keras.layers.Layer):
         direction see ``x_{t+k-1..t}``, i.e. the causal convolution of the time-reversed sequence.
         """
         k, T = self.kernel_size, tf.shape(x)[2]
-        half = self._num_stacks // 2
-        fw = tf.pad(x[:half], [[0, 0], [0, 0], [k - 1, 0], [0, 0]])
-        bw = tf.pad(x[half:], [[0, 0], [0, 0], [0, k - 1], [0, 0]])
-        fw_cols = [fw[:, :, j:j + T] for j in range(k)]
-        bw_cols = [bw[:, :, k - 1 - j:k - 1 - j + T] for j in range(k)]
+        fw, bw = tf.split(x, 2, axis=0)
+        fw = tf.pad(fw, [[0, 0], [0, 0], [k - 1, 0], [0, 0]])
+        bw = tf.pad(bw, [[0, 0], [0, 0], [0, k - 1], [0, 0]])
+        fw_cols = [time_slice(fw, j, T, axis=2) for j in range(k)]
+        bw_cols = [time_slice(bw, k - 1 - j, T, axis=2) for j in range(k)]
         return tf.concat([tf.concat(fw_cols, -1), tf.concat(bw_cols, -1)], axis=0)
 
     def _training_conv_stacks(self, x, conv_mask):
@@ -452,16 +452,21 @@ class GraphPredictor(keras.layers.Layer):
                                 [batch, 2, L, K, length, length])
             return self._normalize(scores, admissible, 0, training)
         below = (L - 1) * K  # the heads of every layer but the last
+        # Cut with tf.split, whose gradient is a concat: a strided slice's gradient with a dynamic
+        # shape costs about ten times more on CPU outside XLA.
+        k_below, k_top = tf.split(k, [below, K], axis=2)
+        query_kernel_below, query_kernel_top = tf.split(query_kernel, [L - 1, 1], axis=2)
+        query_bias_below, query_bias_top = tf.split(query_bias, [below, K], axis=2)
         if L > 1:
-            q = self._project(queries, query_kernel[:, :, :L - 1]) + query_bias[:, :, :below]
-            scores = tf.reshape(tf.matmul(q, k[:, :, :below], transpose_b=True),
+            q = self._project(queries, query_kernel_below) + query_bias_below
+            scores = tf.reshape(tf.matmul(q, k_below, transpose_b=True),
                                 [batch, 2, L - 1, K, length, length])
             graphs = self._normalize(scores, admissible, 0, training)
         else:
             graphs = tf.zeros([batch, 2, 0, K, length, length], self.compute_dtype)
         q = self._project(direction_rows(queries, top_rows, axis=2),
-                          query_kernel[:, :, L - 1:]) + query_bias[:, :, below:]  # [B, 2, K, S, h]
-        scores = tf.matmul(q, k[:, :, below:], transpose_b=True)[:, :, None]  # [B, 2, 1, K, S, T]
+                          query_kernel_top) + query_bias_top  # [B, 2, K, S, h]
+        scores = tf.matmul(q, k_top, transpose_b=True)[:, :, None]  # [B, 2, 1, K, S, T]
         admissible = direction_rows(admissible[:, :, 0, 0], top_rows, axis=2)[:, :, None, None]
         return graphs, self._normalize(scores, admissible, L - 1, training)[:, :, 0]
 

@@ -191,7 +191,7 @@ class GlomoPretrainer(keras.Model):
             top = self.feature_predictor.top_features(
                 self.graph_predictor.embed(token_ids), out["graphs"], rows, out["padding_mask"],
                 top_rows=out["top_rows"])  # [B, 2, S, d]
-            return [(top[:, z], positions[z]) for z in range(len(self.decoders))]
+            return list(zip(tf.unstack(top, axis=1), positions))
         out = self(token_ids, training=training)
         top = out["features"][:, :, -1]  # [B, 2, T, d]
         return [self._decoder_starts(top[:, z], out["padding_mask"], z, length)
