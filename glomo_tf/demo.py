@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from glomo_tf.precision import check_precision
+
 # Corpus of the demo (see glomo_tf.data.planted); the test windows use a different seed.
 CORPUS = dict(seq_len=48, deps_per_sequence=6, num_slots=6, num_pairs=8, num_fillers=40,
               min_gap=2, max_gap=12, bigram_prob=0.5)
@@ -56,21 +58,22 @@ QUICK = dict(epochs=1, steps_per_epoch=3, batch_size=16, train_windows=64, test_
 
 
 # ---------------------------------------------------------------------- the pieces
-def build_model(vocabulary_size, seed=0):
-    """The demo's :class:`GlomoPretrainer`, built and compiled (Adam, XLA)."""
+def build_model(vocabulary_size, seed=0, precision="float32"):
+    """The demo's :class:`GlomoPretrainer`, built and compiled: Adam, with XLA in float32 and a
+    plain ``tf.function`` under ``mixed_bfloat16`` (see :mod:`glomo_tf.precision`)."""
     import keras
 
     from glomo_tf.models import GlomoPretrainer
 
     keras.utils.set_random_seed(seed)
-    model = GlomoPretrainer.from_sizes(vocabulary_size, seed=seed, **MODEL)
+    model = GlomoPretrainer.from_sizes(vocabulary_size, seed=seed, dtype=precision, **MODEL)
     model.build()
     predictor = model.graph_predictor  # threshold bias starts at -1: dense first graphs
     rng = np.random.default_rng(seed)
     predictor.embeddings.assign(rng.uniform(-EMBEDDING_SCALE, EMBEDDING_SCALE,
                                             predictor.embeddings.shape).astype("float32"))
     model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE, global_clipnorm=CLIP_NORM),
-                  jit_compile=True)
+                  jit_compile=precision == "float32")
     return model
 
 
@@ -187,8 +190,10 @@ def examples_figure(graphs, corpus, report, examples):
 
 
 def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, test_windows,
-             examples, seed=0, verbose=1):
-    """Pretrains, evaluates and writes the outputs; returns the metrics dict (also saved)."""
+             examples, seed=0, verbose=1, precision="float32"):
+    """Pretrains, evaluates and writes the outputs; returns the metrics dict (also saved).
+
+    ``precision``: ``"float32"`` or ``"mixed_bfloat16"`` (:mod:`glomo_tf.precision`)."""
     start = time.time()
     from glomo_tf import viz
     from glomo_tf.data import planted
@@ -200,7 +205,8 @@ def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, tes
           f"'K_ji ... B_j v_i' or 'v_i B_j ... K_ji' per window (gap {CORPUS['min_gap']}-"
           f"{CORPUS['max_gap']}), "
           f"vocabulary {train.vocabulary.size}.")
-    model = build_model(train.vocabulary.size, seed)
+    check_precision(precision)
+    model = build_model(train.vocabulary.size, seed, precision)
     print(f"Pretraining GLoMo ({model.count_params():,} parameters) for {epochs} x "
           f"{steps_per_epoch} steps of {batch_size} windows:")
     fit_start = time.time()
@@ -224,7 +230,7 @@ def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, tes
                        vocabulary_size=train.vocabulary.size),
         "model": dict(MODEL, parameters=int(model.count_params())),
         "training": {"epochs": epochs, "steps_per_epoch": steps_per_epoch,
-                     "batch_size": batch_size, "seed": seed,
+                     "batch_size": batch_size, "seed": seed, "precision": precision,
                      "optimizer": f"Adam(learning_rate={LEARNING_RATE}, "
                                   f"global_clipnorm={CLIP_NORM})",
                      "initial_threshold": model.graph_predictor.initial_threshold,

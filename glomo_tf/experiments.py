@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from glomo_tf import evaluation, hparams
+from glomo_tf.precision import check_precision, precision_scope
 from glomo_tf.data.batching import bucketed_training_batches, encode, length_sorted_batches
 
 DATASETS = ("mr", "subj", "sst2", "sst5", "file", "imdb", "sst2_tfds")
@@ -82,6 +83,7 @@ class TransferConfig:
     learning_rate: float = 1e-3
     graph_cache: bool = False
     top_k: Optional[int] = None
+    precision: str = "float32"
     resume: bool = False
     verbose: int = 1
 
@@ -117,6 +119,7 @@ class TransferConfig:
         if c.top_k is not None and c.top_k < 1:
             raise ValueError(f"--top-k must be >= 1 (or left out for dense graphs), got "
                              f"{c.top_k}.")
+        check_precision(c.precision)
         if not 0.0 <= c.transfer_dropout < 1.0:
             raise ValueError(f"--transfer-dropout must be in [0, 1), got {c.transfer_dropout}.")
         needing = [v for v in c.variants if v in hparams.PREDICTOR_VARIANTS]
@@ -285,6 +288,11 @@ def run_transfer(config, record=None):
     settings (the command line's own flags, for example). Raises ``ValueError`` for settings or
     data to change, before any training."""
     config = config.validated()
+    with precision_scope(config.precision):
+        return _run_transfer(config, record)
+
+
+def _run_transfer(config, record):
     texts, labels, class_names, official = load_task(config)
     if len(class_names) < 2 or len(np.unique(labels)) < 2:
         raise ValueError(f"The {config.dataset} data holds a single class: a classifier needs "
@@ -312,7 +320,7 @@ def run_transfer(config, record=None):
     if config.model:
         try:
             tokenizer = Tokenizer.load(config.tokenizer)
-            predictor = load_graph_predictor(config.model)
+            predictor = load_graph_predictor(config.model, dtype=config.precision)
         except FileNotFoundError as error:
             raise ValueError(str(error).replace("\n", " ")) from None
         check_vocabulary_matches(tokenizer.vocabulary, predictor)
@@ -421,6 +429,7 @@ def previous_runs(config, saved_config):
         with open(path, encoding="utf-8") as handle:
             previous = json.load(handle)
         runs, settings = list(previous["runs"]), dict(previous["config"])
+        settings.setdefault("precision", "float32")  # results written before --precision
         keys = {(r["variant"], r["seed"], r["fold"]) for r in runs}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path} cannot be read as a glomo transfer result ({error}): move it "

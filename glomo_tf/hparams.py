@@ -39,6 +39,9 @@ DEFAULT_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
 # tf.distribute strategies of pretraining (glomo_tf.training.make_strategy).
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 
+# Numeric precision of training and graph extraction: a Keras dtype policy (glomo_tf.precision).
+PRECISIONS = ("float32", "mixed_bfloat16")
+
 # KerasTuner searches (glomo_tf.tuning).
 TUNERS = ("random", "hyperband", "bayesian")
 

@@ -25,6 +25,7 @@ import time
 from typing import Optional
 
 from glomo_tf import hparams
+from glomo_tf.precision import check_precision, precision_scope
 from glomo_tf.runs import refuse_changed_settings
 
 _MODEL = hparams.PRETRAIN_COMMAND
@@ -95,7 +96,7 @@ class PretrainingConfig:
     early_stopping: int = 0
     seed: int = 0
     jit: bool = False
-    mixed_precision: bool = False
+    precision: str = "float32"
     # run
     strategy: str = "default"
     tpu: Optional[str] = None
@@ -109,6 +110,7 @@ class PretrainingConfig:
         setting to change."""
         c = dataclasses.replace(self)
         _check_ranges(c)
+        check_precision(c.precision)
         if not c.train and not c.tfds:
             raise ValueError("give the corpus with --train FILE... (text files or globs) or "
                              "--tfds NAME.")
@@ -164,6 +166,10 @@ def _check_ranges(c):
 
 def check_resumable(saved, current):
     """Raises ``ValueError`` when a resumed run was started with different settings."""
+    if "precision" not in saved:  # a run directory written before --precision
+        saved = dict(saved)
+        saved["precision"] = "mixed_bfloat16" if saved.pop("mixed_precision", False) \
+            else "float32"
     refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
                             "Resume with the same settings, or start a new run with another "
                             "--output-dir.", paths=("train", "validation", "vocab"))
@@ -291,7 +297,8 @@ def run_pretraining(config):
     if training.is_chief():  # on a shared file system, one writer
         with open(config_path, "w") as f:
             json.dump(dataclasses.asdict(s), f, indent=1)
-    return _pretrain(s, run_dir)
+    with precision_scope(s.precision):
+        return _pretrain(s, run_dir)
 
 
 def _resuming(run_dir):
@@ -310,8 +317,6 @@ def _pretrain(s, run_dir):
 
     started = time.perf_counter()
     keras.utils.set_random_seed(s.seed)
-    if s.mixed_precision:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
     strategy = training.make_strategy(s.strategy, s.tpu)  # a ConfigurationError is a ValueError
     replicas = strategy.num_replicas_in_sync
     global_batch = s.global_batch_size or s.batch_size * replicas

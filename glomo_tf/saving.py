@@ -32,13 +32,15 @@ def load_keras_file(filepath, **kwargs):
     return keras.saving.load_model(filepath, **kwargs)
 
 
-def load_graph_predictor(filepath, trainable=False):
+def load_graph_predictor(filepath, trainable=False, dtype=None):
     """Loads a predictor saved by :func:`save_graph_predictor`; frozen unless ``trainable``.
 
     Args:
         filepath: a ``.keras`` file, or the run directory of ``glomo pretrain`` (its
             ``graph_predictor.keras`` is read).
         trainable: bool, leave the predictor trainable (for fine-tuning).
+        dtype: optional dtype policy to run it in (``"mixed_bfloat16"``, ``"float32"``); default:
+            the policy it was saved with. See :func:`with_dtype_policy`.
     """
     filepath = os.fspath(filepath)
     if os.path.isdir(filepath):
@@ -63,5 +65,25 @@ def load_graph_predictor(filepath, trainable=False):
             f"{filepath} does not hold exactly one GraphPredictor (found {len(predictors)}); save "
             "it with glomo_tf.save_graph_predictor.")
     predictor = predictors[0]
+    if dtype is not None:
+        predictor = with_dtype_policy(predictor, dtype)
     predictor.trainable = trainable
     return predictor
+
+
+def with_dtype_policy(predictor, dtype):
+    """``predictor`` computing under the dtype policy ``dtype``: the same layer when it already
+    does, else a copy made from its config with that policy and given its weights (which stay
+    float32 under ``mixed_bfloat16``). A saved layer keeps the policy it was saved with, whatever
+    the global policy, so this is how a float32 predictor runs in bfloat16."""
+    policy = keras.dtype_policies.get(dtype)
+    if predictor.dtype_policy.name == policy.name:
+        return predictor
+    if not predictor.built:
+        raise ValueError("with_dtype_policy needs a built GraphPredictor (call it once, or load "
+                         "it with load_graph_predictor).")
+    clone = type(predictor).from_config({**predictor.get_config(), "dtype": policy.name})
+    clone.build((None, None))
+    clone.set_weights(predictor.get_weights())
+    clone.trainable = predictor.trainable
+    return clone

@@ -22,6 +22,7 @@ import time
 from typing import Optional
 
 from glomo_tf import hparams
+from glomo_tf.precision import check_precision, precision_scope
 from glomo_tf.runs import refuse_changed_settings
 
 MODEL_FILE = "sentence_pretrainer.keras"
@@ -59,6 +60,7 @@ class SentencePretrainingConfig:
     batch_size: int = _CMD["batch_size"]
     seed: int = 0
     jit: bool = False
+    precision: str = "float32"
     checkpoint_every: int = 200
     verbose: int = 1
 
@@ -85,6 +87,7 @@ class SentencePretrainingConfig:
             if value is not None and value < least:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least {least}, got "
                                  f"{value}.")
+        check_precision(c.precision)
         if c.learning_rate <= 0 or c.clipnorm < 0 or c.l2_weight < 0:
             raise ValueError("--learning-rate must be > 0, --clipnorm and --l2-weight >= 0.")
         if c.graph_run:
@@ -98,6 +101,7 @@ class SentencePretrainingConfig:
 
 
 def check_resumable(saved, current):
+    saved = {"precision": "float32", **saved}  # a run directory written before --precision
     refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
                             "Resume with the same settings, or start a new run with another "
                             "--output-dir.", paths=("train", "validation", "vocab", "graph_run"))
@@ -120,7 +124,8 @@ def run_sentence_pretraining(config):
             check_resumable(json.load(f), settings)
     with open(config_path, "w") as f:
         json.dump(settings, f, indent=1)
-    return _train(s, run_dir)
+    with precision_scope(s.precision):
+        return _train(s, run_dir)
 
 
 def load_data(s, tokenizer=None, run_dir=None):

@@ -51,6 +51,9 @@ genuinely does not support it, with the reason next to the argument:
    names, or one name for every output; default: ``"bfloat16"`` for each floating output, the
    float32 run's dtype for the others), are finite and, with the reference's weights, are within
    ``bfloat16_rtol`` (default 0.05) of the float32 outputs, relative to their largest magnitude.
+   The gradients of a fixed random projection of the floating outputs with respect to the
+   trainable weights are float32 and finite, and point the way the float32 ones do (cosine
+   similarity of the concatenated gradients at least ``bfloat16_gradient_cosine``, 0.95).
 3b. ``layer_policy_check=True``: the same with ``dtype="mixed_bfloat16"`` given to the layer
    alone, under the float32 global policy (the layer is built from ``init_kwargs`` plus that
    ``dtype``, which ``init_kwargs`` must not set itself). The layer's and every sub-layer's
@@ -121,7 +124,7 @@ def run_layer_test(cls, init_kwargs, call_args=(), call_kwargs=None, *, tmp_path
                    randomize=jitter_weights, extra_outputs=None, config_check=True,
                    saving_check="functional", input_shapes=None, symbolic_dtypes=None,
                    bfloat16_check=True, bfloat16_dtypes=None, bfloat16_rtol=0.05,
-                   layer_policy_check=True, jit_check=True, jit_atol=1e-5, seed=0):
+                   bfloat16_gradient_cosine=0.95, layer_policy_check=True, jit_check=True, jit_atol=1e-5, seed=0):
     """Runs the checks of this module's docstring on one configuration of ``cls``."""
     call_kwargs = dict(call_kwargs or {})
     template, leaves = _template((tuple(call_args), call_kwargs))
@@ -149,7 +152,8 @@ def run_layer_test(cls, init_kwargs, call_args=(), call_kwargs=None, *, tmp_path
     global_bfloat16 = None
     if bfloat16_check:
         global_bfloat16 = _check_bfloat16(name, cls, init_kwargs, template, leaves, layer,
-                                          reference, bfloat16_dtypes, bfloat16_rtol)
+                                          reference, bfloat16_dtypes, bfloat16_rtol,
+                                          bfloat16_gradient_cosine)
     if layer_policy_check:
         _check_layer_policy(name, cls, init_kwargs, template, leaves, layer, reference,
                             bfloat16_dtypes, bfloat16_rtol, global_bfloat16)
@@ -234,7 +238,7 @@ def _check_saving(name, cls, init_kwargs, template, leaves, randomize, seed, tmp
 
 
 def _check_bfloat16(name, cls, init_kwargs, template, leaves, reference_layer, reference,
-                    expected, rtol):
+                    expected, rtol, gradient_cosine):
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -242,8 +246,12 @@ def _check_bfloat16(name, cls, init_kwargs, template, leaves, reference_layer, r
         _call(layer, template, leaves)
         layer.set_weights(reference_layer.get_weights())  # float32 variables in both
         outputs = _call(layer, template, leaves)
+        gradients = _projected_gradients(layer, template, leaves)
     finally:
         keras.mixed_precision.set_global_policy(previous)
+    _check_bfloat16_gradients(name, gradients,
+                              _projected_gradients(reference_layer, template, leaves),
+                              gradient_cosine)
     assert layer.compute_dtype == "bfloat16", f"{name} computes in {layer.compute_dtype}"
     for variable in layer.weights:
         if _is_floating(variable.dtype):
@@ -253,6 +261,49 @@ def _check_bfloat16(name, cls, init_kwargs, template, leaves, reference_layer, r
             f"{name}'s sub-layer {sub.name} computes in {sub.compute_dtype}"
     _check_bfloat16_outputs(name, "under mixed_bfloat16", outputs, reference, expected, rtol)
     return outputs
+
+
+def _projected_gradients(layer, template, leaves):
+    """The gradients ``{(index, variable name): float32 array}`` of ``sum_i r_i * output_i`` over the
+    floating output leaves (``r``: fixed normal draws of each leaf's shape, so that outputs whose
+    rows sum to one still have a gradient) with respect to ``layer``'s trainable weights; ``{}``
+    when no floating output depends on them."""
+    variables = [v for v in layer.trainable_weights if _is_floating(v.dtype)]
+    if not variables:
+        return {}
+    rng = np.random.default_rng(1)
+    with tf.GradientTape() as tape:
+        outputs = _call(layer, template, leaves)
+        terms = [tf.reduce_sum(tf.cast(value, tf.float32)
+                               * rng.standard_normal(value.shape).astype("float32"))
+                 for _, value in _flatten(outputs) if _is_floating(value.dtype)]
+        total = tf.add_n(terms) if terms else None
+    if total is None:
+        return {}
+    grads = tape.gradient(total, [v.value if hasattr(v, "value") else v for v in variables])
+    # keyed by position and the variable's own name (the two layers' sub-layer names differ)
+    return {(i, v.name): g for i, (v, g) in enumerate(zip(variables, grads)) if g is not None}
+
+
+def _check_bfloat16_gradients(name, got, want, min_cosine):
+    """Check 3's gradient checks: float32, finite, the direction of the float32 gradients."""
+    assert sorted(got) == sorted(want), \
+        f"{name}: other weights get gradients under mixed_bfloat16 ({sorted(got)} vs {sorted(want)})"
+    if not got:
+        return
+    for path, grad in got.items():
+        grad = tf.convert_to_tensor(grad)
+        assert grad.dtype == tf.float32, f"{name}: the gradient of {path} is {grad.dtype.name}"
+        assert np.all(np.isfinite(grad.numpy())), \
+            f"{name}: the gradient of {path} is not finite under mixed_bfloat16"
+    a = np.concatenate([np.ravel(tf.convert_to_tensor(got[p]).numpy()) for p in sorted(got)])
+    b = np.concatenate([np.ravel(tf.convert_to_tensor(want[p]).numpy()) for p in sorted(want)])
+    norms = np.linalg.norm(a) * np.linalg.norm(b)
+    if norms > 0:
+        cosine = float(a @ b / norms)
+        assert cosine >= min_cosine, (
+            f"{name}: gradients under mixed_bfloat16 point elsewhere than in float32 (cosine "
+            f"{cosine:.3f} < {min_cosine})")
 
 
 def _check_layer_policy(name, cls, init_kwargs, template, leaves, reference_layer, reference,

@@ -73,3 +73,13 @@ def resolve_verbose(value):
     if value is not None:
         return value
     return 1 if sys.stdout.isatty() else 2
+
+
+def add_precision_argument(parser, default="float32"):
+    """``--precision float32|mixed_bfloat16``: the Keras dtype policy of the command's models."""
+    from glomo_tf.hparams import PRECISIONS
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default=default,
+        help="mixed_bfloat16: compute in bfloat16 with float32 variables, losses and graph "
+             "normalisation; pays on CPUs with bfloat16 matrix units (avx512_bf16, AMX) and on "
+             "GPUs, without --jit on a CPU")

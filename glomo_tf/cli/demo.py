@@ -2,8 +2,8 @@
 
 import os
 
-from glomo_tf.cli.common import (HelpFormatter, UsageError, add_verbose_argument,
-                                 resolve_verbose)
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
+                                 add_verbose_argument, resolve_verbose)
 from glomo_tf.demo import DEFAULTS, QUICK, format_report, run_demo
 
 DESCRIPTION = ("Pretrain on the built-in planted corpus and check that the graphs find the plants. "
@@ -23,6 +23,7 @@ def register(subparsers):
                         help=f"training steps per epoch (default {DEFAULTS['steps_per_epoch']})")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the model initialisation and the training order (default 0)")
+    add_precision_argument(parser)
     add_verbose_argument(parser)
     parser.add_argument("--quick", action="store_true",
                         help="a few training steps only: checks that everything runs")
@@ -43,7 +44,7 @@ def run(args):
         raise UsageError(f"--output-dir {output_dir!r} exists and is not a folder.")
     os.makedirs(output_dir, exist_ok=True)
     result = run_demo(output_dir, seed=args.seed, verbose=resolve_verbose(args.verbose),
-                      **settings)
+                      precision=args.precision, **settings)
     print(format_report(result))
     print(f"\nWrote {result['outputs']['metrics']}\n      {result['outputs']['figure']}")
     return 0

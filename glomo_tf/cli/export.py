@@ -11,7 +11,7 @@ The command parses the flags, then calls :func:`glomo_tf.export.saved_model.expo
 
 import os
 
-from glomo_tf.cli.common import HelpFormatter, UsageError
+from glomo_tf.cli.common import HelpFormatter, UsageError, add_precision_argument
 
 DEFAULT_MAX_LENGTH = 256  # glomo_tf.export.DEFAULT_MAX_LENGTH (not imported: --help stays fast)
 DEFAULT_TOP_K = 8
@@ -41,6 +41,7 @@ def register(subparsers):
                    help="edges per receiving unit in the top_k_edges signatures")
     p.add_argument("--skip-op-check", action="store_true",
                    help="do not check that stock TensorFlow Serving has every op of the export")
+    add_precision_argument(p)
     p.set_defaults(func=run)
 
 
@@ -67,7 +68,7 @@ def run(args):
         predictor = saved_model.resolve_graph_predictor(saved_model.load_keras_model(model_path))
         path = saved_model.export_saved_model(
             predictor, tokenizer, args.export_dir, args.model_name, version=args.model_version,
-            max_length=args.max_length, top_k=args.top_k)
+            max_length=args.max_length, top_k=args.top_k, precision=args.precision)
     except (ValueError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
 

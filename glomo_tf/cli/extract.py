@@ -32,8 +32,8 @@ import numpy as np
 from glomo_tf.analysis import (GraphStatistics, extract, format_edges, format_statistics,
                                graph_memory_bytes, graphs_figure, physical_memory_bytes,
                                unit_counts)
-from glomo_tf.cli.common import (HelpFormatter, UsageError, add_pretrained_arguments,
-                                 pretrained_paths)
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
+                                 add_pretrained_arguments, pretrained_paths)
 
 
 def register(subparsers):
@@ -62,6 +62,7 @@ def register(subparsers):
                              "uniform graphs') as JSON here")
     parser.add_argument("--batch-size", type=int, default=128,
                         help="sentences per predictor call (default 128)")
+    add_precision_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -98,7 +99,7 @@ def run(args):
     from glomo_tf.saving import load_graph_predictor
 
     tokenizer = Tokenizer.load(tokenizer_path)
-    predictor = load_graph_predictor(model_path)
+    predictor = load_graph_predictor(model_path, dtype=args.precision)
     _check_lengths(args, predictor, unit_counts(tokenizer, sentences))
     statistics = GraphStatistics() if args.stats else None
     uniform = GraphStatistics() if args.stats else None

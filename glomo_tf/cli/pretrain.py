@@ -4,8 +4,8 @@
 import dataclasses
 
 from glomo_tf import hparams
-from glomo_tf.cli.common import (HelpFormatter, UsageError, add_verbose_argument,
-                                 resolve_verbose)
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
+                                 add_verbose_argument, resolve_verbose)
 from glomo_tf.pretraining import (OPTIMIZERS, SCHEDULES, SPLITTERS, PretrainingConfig,
                                   run_pretraining)
 
@@ -107,8 +107,10 @@ def register(subparsers):
                      help="stop after this many epochs without validation improvement (0: off)")
     opt.add_argument("--seed", type=int, default=D.seed,
                      help="seed of the initial weights, the shuffles and the position sampling")
-    opt.add_argument("--jit", action="store_true", help="compile the train step with XLA")
-    opt.add_argument("--mixed-precision", action="store_true", help="mixed_bfloat16 policy")
+    opt.add_argument("--jit", action="store_true",
+                     help="compile the train step with XLA (float32 on a CPU: XLA computes "
+                          "bfloat16 at the float32 rate there)")
+    add_precision_argument(opt)
 
     run_group = p.add_argument_group("run")
     run_group.add_argument("--output-dir", required=True,

@@ -5,7 +5,8 @@
 import dataclasses
 
 from glomo_tf import hparams
-from glomo_tf.cli.common import HelpFormatter, UsageError, add_verbose_argument, resolve_verbose
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
+                                 add_verbose_argument, resolve_verbose)
 from glomo_tf.sentence_pretraining import SentencePretrainingConfig, run_sentence_pretraining
 
 D = SentencePretrainingConfig(output_dir="")  # the defaults
@@ -67,6 +68,7 @@ def register(subparsers):
     opt.add_argument("--seed", type=int, default=D.seed,
                      help="seed of the weights, the order, the objectives and corruptions")
     opt.add_argument("--jit", action="store_true", help="compile the train step with XLA")
+    add_precision_argument(opt)
     run_group = p.add_argument_group("run")
     run_group.add_argument("--output-dir", required=True,
                            help="run directory (resumed if it exists)")

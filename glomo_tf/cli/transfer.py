@@ -39,8 +39,8 @@ import dataclasses
 import os
 
 from glomo_tf import hparams
-from glomo_tf.cli.common import (HelpFormatter, add_pretrained_arguments, add_verbose_argument,
-                                 pretrained_paths, resolve_verbose)
+from glomo_tf.cli.common import (HelpFormatter, add_precision_argument, add_pretrained_arguments,
+                                 add_verbose_argument, pretrained_paths, resolve_verbose)
 from glomo_tf.experiments import DATASETS, SPLITS, TransferConfig, run_transfer
 
 D = TransferConfig(dataset="", output_dir="")  # the defaults
@@ -113,6 +113,7 @@ def register(subparsers):
                        help="GLoMo variants: keep the K heaviest sources of every receiving unit "
                             "and mix the graphs in that sparse form (gather + weighted sum); "
                             "exact when K covers every row's sources (default: dense graphs)")
+    add_precision_argument(speed)
     parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
     parser.add_argument("--resume", action="store_true", default=D.resume,
                         help="keep the runs of --output-dir's results.json (same settings; more "

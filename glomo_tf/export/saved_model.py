@@ -64,6 +64,7 @@ import tensorflow_text as tf_text
 
 from glomo_tf.data import vocabulary as vocab_lib
 from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.precision import check_precision
 
 FORMAT = "glomo_tf.export"
 FORMAT_VERSION = 1
@@ -91,7 +92,7 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 # ---------------------------------------------------------------------------------- public API
 def export_saved_model(model, tokenizer, export_dir, model_name, version=None, max_length=None,
-                       top_k=DEFAULT_TOP_K):
+                       top_k=DEFAULT_TOP_K, precision=None):
     """Exports a graph predictor with its tokenizer to ``export_dir/model_name/version/``.
 
     Args:
@@ -108,6 +109,11 @@ def export_saved_model(model, tokenizer, export_dir, model_name, version=None, m
         max_length: int, units kept per text (longer texts are truncated, ``truncated`` says so);
             default: the tokenizer's ``max_length`` if it has one, else 256.
         top_k: int, edges kept per receiving unit by the ``top_k_edges`` signatures.
+        precision: None (the predictor's own dtype policy), ``"float32"`` or
+            ``"mixed_bfloat16"``: the policy the served graph computes in
+            (:func:`glomo_tf.saving.with_dtype_policy`). The outputs are float32 either way;
+            bfloat16 is fast on serving CPUs with bfloat16 matrix units and GPUs, and runs,
+            emulated and slower, elsewhere. ``metadata.json`` records it as ``precision``.
 
     Returns:
         The path of the version directory.
@@ -135,6 +141,9 @@ def export_saved_model(model, tokenizer, export_dir, model_name, version=None, m
     '1'
     """
     predictor = resolve_graph_predictor(model)
+    if precision is not None:
+        from glomo_tf.saving import with_dtype_policy
+        predictor = with_dtype_policy(predictor, check_precision(precision))
     tokenizer = resolve_tokenizer(tokenizer)
     vocab_lib.check_vocabulary_matches(tokenizer.vocabulary, predictor)
     max_length = _positive_int(
@@ -477,6 +486,7 @@ def _metadata(predictor, tokenizer, model_name, version, max_length, top_k):
         "model_version": version,
         "max_length": max_length,
         "top_k": top_k,
+        "precision": predictor.dtype_policy.name,
         "vocabulary_size": tokenizer.vocabulary_size,
         "tokenizer": tokenizer.get_config(),
         "graph_predictor": predictor.get_config(),

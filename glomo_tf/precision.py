@@ -1,0 +1,57 @@
+"""The numeric precision of a run: ``float32`` or ``mixed_bfloat16``, as a Keras dtype policy.
+
+Python users set it as any Keras user does, ``keras.config.set_dtype_policy("mixed_bfloat16")``
+(or ``dtype="mixed_bfloat16"`` on one layer); every glomo_tf layer honours it, computing in bfloat16
+and keeping its variables in float32, with Eq. 1's normalisation, batch-norm statistics, softmaxes
+and losses in float32. The ``glomo`` commands and the run configs take ``precision`` (the
+``--precision`` flag) and apply it for the duration of the run with :func:`precision_scope`.
+
+Where bfloat16 pays: on CPUs with bfloat16 matrix instructions (``avx512_bf16``, AMX), TensorFlow's
+oneDNN kernels multiply bfloat16 matrices at two (AVX-512) to four (AMX) times the float32 rate,
+but only outside XLA: XLA's CPU backend computes bfloat16 dots at the float32 rate or below. So a
+``mixed_bfloat16`` step runs as a plain ``tf.function`` (no ``jit_compile``), and XLA stays the
+float32 path. ``benchmarks/pretrain_throughput.py`` measures both.
+"""
+
+import contextlib
+
+from glomo_tf.hparams import PRECISIONS
+
+
+def check_precision(precision):
+    """Returns ``precision`` if it is one of :data:`~glomo_tf.hparams.PRECISIONS`; raises a
+    one-line ``ValueError`` naming the choices otherwise."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got "
+                         f"{precision!r}.")
+    return precision
+
+
+@contextlib.contextmanager
+def precision_scope(precision):
+    """Within the block, layers made without an explicit ``dtype`` use ``precision``'s policy;
+    the global policy in force before is restored after it (also on an error)."""
+    import keras
+
+    check_precision(precision)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def cpu_has_bfloat16_units():
+    """True when this machine's CPU has bfloat16 matrix instructions (``avx512_bf16`` or
+    ``amx_bf16`` in ``/proc/cpuinfo``); False elsewhere (and where it cannot be read). Without
+    them ``mixed_bfloat16`` still computes correctly, emulated, and slower than float32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
