@@ -91,6 +91,19 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
     return tf.cast(graphs, out_dtype)
 
 
+def fused_normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1e-16,
+                           threshold=None):
+    """:func:`normalize_scores` as one XLA cluster, for a training step that is not compiled as
+    a whole (the ``mixed_bfloat16`` step on a CPU, see :mod:`glomo_tf.precision`): its casts,
+    shift, ReLU, square, row sums and division over the ``[..., T, T]`` scores become a few fused
+    passes, forward and backward, instead of one pass per op. The same values as
+    :func:`normalize_scores` up to float round-off; inside an XLA-compiled step it is inlined."""
+    return _normalize_cluster(scores, admissible, normalization, epsilon, threshold)
+
+
+_normalize_cluster = tf.function(normalize_scores, jit_compile=True, reduce_retracing=True)
+
+
 def entmax15(scores, admissible):
     """1.5-entmax over the admissible entries of each row: ``relu(x / 2 - tau)^2``.
 

@@ -91,6 +91,20 @@ def test_normalize_scores_matches_numpy(normalization, rng):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     # The comparison is not vacuous: plenty of rows carry weight.
     assert (expected.sum(-1) > 0.5).sum() > 10
+    # The XLA cluster of training steps computes the same graphs, and the same gradients.
+    fused = ops.fused_normalize_scores(tf.constant(scores), tf.constant(admissible),
+                                       normalization).numpy()
+    np.testing.assert_allclose(fused, expected, rtol=1e-5, atol=1e-6)
+    weights = tf.constant(rng.normal(size=scores.shape).astype(np.float32))
+    gradients = []
+    for normalize in (ops.normalize_scores, ops.fused_normalize_scores):
+        x = tf.constant(scores)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(normalize(x, tf.constant(admissible), normalization) * weights)
+        gradients.append(tape.gradient(loss, x).numpy())
+    assert np.abs(gradients[0]).max() > 0.01
+    np.testing.assert_allclose(gradients[1], gradients[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("normalization", ["squared_relu", "softmax", "entmax15"])
