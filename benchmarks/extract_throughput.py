@@ -16,9 +16,15 @@ graph layer (its ``GraphPredictor.forward`` returns graphs and features; extract
 flips the backward direction's graphs back to the original time order. ``--with-features`` makes
 glomo_tf do that composition too (:class:`glomo_tf.FeaturePredictor`), so both sides do the same work.
 
+``--precision float32 mixed_bfloat16`` times every mode in both precisions (``function_bf16``:
+the predictor under the ``mixed_bfloat16`` policy, what ``glomo extract --precision
+mixed_bfloat16`` runs; its graphs are compared with the float32 ones) and the peer in float32 and
+under ``torch.autocast`` bfloat16.
+
 Examples::
 
     python benchmarks/extract_throughput.py
+    python benchmarks/extract_throughput.py --mode function xla --precision float32 mixed_bfloat16
     python benchmarks/extract_throughput.py --mode xla --seq 512 --peer /tmp/torchenv/bin/python
     python benchmarks/extract_throughput.py --with-features --peer /tmp/torchenv/bin/python
     python benchmarks/extract_throughput.py --mode xla --seq 512 --top-k 8 --peer ...
@@ -76,6 +82,7 @@ def main(argv=None):
     _harness.set_threads(tf, a.threads)
     sys.path.insert(0, _harness.REPO_ROOT)
     from glomo_tf import FeaturePredictor, GraphPredictor, ops
+    from glomo_tf.saving import with_dtype_policy
 
     keras.utils.set_random_seed(a.seed)
     predictor = GraphPredictor(
@@ -87,31 +94,43 @@ def main(argv=None):
     batches = [tf.constant(rng.integers(1, a.vocab, (a.batch, a.seq)), tf.int32)
                for _ in range(a.warmup + a.iters)]
 
-    def eager(ids):
-        out = predictor(ids, training=False)
-        graphs = out["graphs"]
-        if a.top_k:
-            graphs = ops.top_k_sources(graphs, a.top_k)
-        if features is None:
-            return graphs
-        composed = features(predictor.embed(ids), out["graphs"], out["padding_mask"])
-        return graphs, composed
+    def extraction(precision):
+        """The extraction function in ``precision``: the same weights, another dtype policy."""
+        graph_predictor = with_dtype_policy(predictor, precision)
+        composer = None
+        if features is not None:
+            composer = FeaturePredictor(a.d, a.heads, dtype=precision)
+            composer.build((None, None, a.d), (None, 2, a.layers, a.heads, None, None))
+            composer.set_weights(features.get_weights())
 
+        def eager(ids):
+            out = graph_predictor(ids, training=False)
+            graphs = out["graphs"]
+            if a.top_k:
+                graphs = ops.top_k_sources(graphs, a.top_k)
+            if composer is None:
+                return graphs
+            composed = composer(graph_predictor.embed(ids), out["graphs"], out["padding_mask"])
+            return graphs, composed
+        return eager
+
+    if features is not None:  # built (and given its weights) before the copies read them
+        features(predictor.embed(batches[0]), predictor(batches[0])["graphs"])
     spec = [tf.TensorSpec([None, None], tf.int32)]
-    steps = {
-        "eager": eager,
-        "function": tf.function(eager, input_signature=spec),
-        "xla": tf.function(eager, input_signature=spec, jit_compile=True),
-    }
+    steps = {}
+    for key, mode, precision in _harness.timed_modes(a):
+        eager = extraction(precision)
+        steps[key] = eager if mode == "eager" else tf.function(
+            eager, input_signature=spec, jit_compile=mode == "xla")
 
     # Same graphs whatever the mode (one batch), and the first (compiling) call out of the timings.
     reference = None
     max_abs_diff, rows_off = {}, {}
     dense = predictor(batches[0], training=False)["graphs"].numpy()
-    for mode in a.mode:
+    for mode in steps:
         out = tf.nest.flatten(steps[mode](batches[0]))
         # The dense graphs, or the top-k weights (out[1]): the K largest of every dense row.
-        graphs = (out[1] if a.top_k else out[0]).numpy()
+        graphs = tf.cast(out[1] if a.top_k else out[0], tf.float32).numpy()
         if reference is None:
             reference = graphs
             expected = (a.batch, 2, a.layers, a.heads, a.seq, a.top_k or a.seq)
@@ -125,9 +144,9 @@ def main(argv=None):
         rows_off[mode] = f"{int(np.sum(row_diff > 1e-3))} of {row_diff.size}"
 
     # CPU execution is synchronous: the graphs exist when the call returns.
-    cmd = _harness.peer_command(a, "extract") if a.peer else None
+    cmds = _harness.peer_commands(a, "extract")
     per_round, peer_rounds = _harness.interleaved(
-        a, lambda mode: _harness.median_seconds(steps[mode], batches, a.warmup), cmd)
+        a, lambda key: _harness.median_seconds(steps[key], batches, a.warmup), cmds)
     result = {
         "benchmark": "graph extraction, both directions, inference mode, no padding"
                      + (", with feature composition" if a.with_features else "")
@@ -136,15 +155,15 @@ def main(argv=None):
         "config": {k: getattr(a, k) for k in ("batch", "seq", "d", "vocab", "layers", "heads",
                                               "head_dim", "conv_layers", "kernel", "iters",
                                               "warmup", "rounds", "seed", "with_features",
-                                              "top_k")},
-        "max_abs_diff_vs_" + a.mode[0]: max_abs_diff,
+                                              "top_k", "precision")},
+        "max_abs_diff_vs_" + next(iter(steps)): max_abs_diff,
         "rows_differing_by_over_1e-3": rows_off,
         "diff_note": "freshly initialised weights give scores near 0 (rms ~1e-3), so the rare rows "
                      "with one or two barely positive scores amplify float32 rounding; the "
                      "scores themselves agree to float32 precision",
         "what_each_side_computes": WHAT_EACH_SIDE_COMPUTES,
     }
-    result.update(_harness.summary(a, a.batch * a.seq, per_round, peer_rounds, cmd, tf, keras))
+    result.update(_harness.summary(a, a.batch * a.seq, per_round, peer_rounds, cmds, tf, keras))
     print(json.dumps(result, indent=1))
     return 0
 

@@ -43,6 +43,11 @@ Examples::
     python benchmarks/transfer_overhead.py --xla --iters 20 --rounds 5
     python benchmarks/transfer_overhead.py --propagation chained  # the O(T^2) form at any T
     python benchmarks/transfer_overhead.py --cache --top-k 8 --rounds 5  # cache and top-k too
+    python benchmarks/transfer_overhead.py --precision mixed_bfloat16  # every model in bfloat16
+
+``--precision mixed_bfloat16`` builds every model (the predictor, GlomoTransfer and
+MultiHeadAttention alike) under the ``mixed_bfloat16`` policy, so the layers are compared in the
+same precision.
 """
 
 import argparse
@@ -67,6 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--propagation", choices=("auto", "chained", "explicit"), default="auto",
                    help="GlomoTransfer's propagation (how M H is computed; default auto)")
     p.add_argument("--xla", action="store_true", help="compile the models with jit_compile=True")
+    p.add_argument("--precision", choices=_harness.PRECISIONS, default="float32",
+                   help="the Keras dtype policy of every model")
     p.add_argument("--iters", type=int, default=10, help="timed steps per round")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per round")
     p.add_argument("--rounds", type=int, default=3,
@@ -150,6 +157,7 @@ def main(argv=None):
 
     _harness.set_threads(tf, a.threads)
     sys.path.insert(0, _harness.REPO_ROOT)
+    from glomo_tf.precision import precision_scope
 
     rng = np.random.default_rng(a.seed)
     batches = [(rng.integers(1, a.vocab, (a.batch, a.seq)).astype("int32"),
@@ -161,7 +169,8 @@ def main(argv=None):
     predictor, predictor_before, cache_fill = None, None, {}
     for variant in names:
         keras.utils.set_random_seed(a.seed)
-        model, p = build_model(a, variant, keras)
+        with precision_scope(a.precision):
+            model, p = build_model(a, variant, keras)
         if variant == "glomo":
             predictor = p
             predictor_before = [w.numpy().copy() for w in predictor.weights]
@@ -203,7 +212,8 @@ def main(argv=None):
         "config": {k: getattr(a, k) for k in ("batch", "seq", "d", "vocab", "layers", "heads",
                                               "head_dim", "conv_layers", "kernel", "mixtures",
                                               "propagation", "xla", "iters", "warmup", "rounds",
-                                              "seed", "cache", "top_k", "uniform", "threads")},
+                                              "seed", "cache", "top_k", "uniform", "threads",
+                                              "precision")},
         "ms_per_step_median": {v: round(1000 * t, 3) for v, t in med.items()},
         "ms_per_step_rounds": {v: [round(1000 * t, 3) for t in ts] for v, ts in per_round.items()},
         "added_ms_per_step": {v: round(1000 * t, 3) for v, t in added.items()},

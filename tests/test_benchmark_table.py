@@ -28,7 +28,9 @@ def when(result):
     if isinstance(machine, dict):
         gpus = machine.get("gpus")
         machine = (f"{machine['cpus']} CPUs" + ("" if gpus is None else f", {gpus} GPUs")
-                   + (f", TF {machine['tensorflow']}" if "tensorflow" in machine else ""))
+                   + (f", TF {machine['tensorflow']}" if "tensorflow" in machine else "")
+                   + (f", {machine['cpu']} with {'+'.join(machine['bfloat16_units']) or 'no'}"
+                      " bfloat16 units" if "cpu" in machine else ""))
     return f"{recorded['date']}; {machine}"
 
 
@@ -54,7 +56,9 @@ def transfer_overhead_row(output):
                      f" rounds {spread(r['ratio_added_over_mha_added_rounds'][variant], 'x')})")
     config = r["config"]
     size = (f"B {config['batch']}, T {config['seq']}, d {config['d']}, {config['layers']}x"
-            f"{config['heads']} heads, {config['propagation']}")
+            f"{config['heads']} heads, {config['propagation']}"
+            + (f", {config['precision']}" if config.get("precision", "float32") != "float32"
+               else ""))
     return row("transfer_overhead.py", output, f"{size}: " + "; ".join(cells), r)
 
 
@@ -141,14 +145,28 @@ def top_k_accuracy_row(task="mr", label="MR"):
 
 
 def peer_row(script, output):
-    """A benchmark timed beside the PyTorch peer: tokens/s of both and the ratio per round."""
+    """A benchmark timed beside the PyTorch peer: tokens/s of both and the ratio per round; with
+    both precisions, every mode's tokens/s, the peer in each precision, and glomo_tf's best over
+    the peer at its best and over the peer in float32."""
     r = load(output)
     best = r["best_mode"]
     rounds = r["ratio_vs_peer_rounds"][best]
     config = r["config"]
-    figures = (f"B {config['batch']}, T {config['seq']}, d {config['d']}: glomo_tf {best} "
-               f"{r['tokens_per_s'][best]:,.0f} tokens/s, peer {r['peer']['tokens_per_s']:,.0f}: "
-               f"{r['ratio_best_vs_peer']:.2f}x (rounds {min(rounds):.2f}-{max(rounds):.2f}x)")
+    size = f"B {config['batch']}, T {config['seq']}, d {config['d']}"
+    if "peers" not in r:
+        figures = (f"{size}: glomo_tf {best} {r['tokens_per_s'][best]:,.0f} tokens/s, peer "
+                   f"{r['peer']['tokens_per_s']:,.0f}: {r['ratio_best_vs_peer']:.2f}x (rounds "
+                   f"{min(rounds):.2f}-{max(rounds):.2f}x)")
+        return row(script, output, figures, r)
+    modes = ", ".join(f"{mode} {tokens:,.0f}" for mode, tokens in r["tokens_per_s"].items())
+    peers = ", ".join(f"{p} {v['tokens_per_s']:,.0f}" for p, v in r["peers"].items())
+    at_best = r["ratio_best_vs_peer_best_rounds"]
+    f32 = r["ratio_vs_peers_rounds"]["float32"][best]
+    figures = (f"{size}: glomo_tf tokens/s {modes}; peer {peers}; best ({best}) over the peer at "
+               f"its best ({r['best_peer']}) {r['ratio_best_vs_peer_best']:.2f}x (rounds "
+               f"{min(at_best):.2f}-{max(at_best):.2f}x), over the peer in float32 "
+               f"{r['ratio_vs_peers']['float32'][best]:.2f}x (rounds {min(f32):.2f}-"
+               f"{max(f32):.2f}x)")
     return row(script, output, figures, r)
 
 
@@ -170,7 +188,7 @@ def transfer_cost_row():
 def all_rows():
     return [transfer_overhead_row(name) for name in (
         "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
-        "transfer_overhead_cache_topk_large")] + [
+        "transfer_overhead_cache_topk_bf16", "transfer_overhead_cache_topk_large")] + [
         sparse_mixture_row(), serving_latency_row(), serving_latency_row("serving_latency_large"),
         *serving_soak_rows(),
         *ordered_memory_rows(), top_k_accuracy_row(), top_k_accuracy_row("sst2", "SST-2"),

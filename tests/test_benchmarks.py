@@ -179,3 +179,102 @@ def test_serving_latency_modes_take_turns_block_by_block():
     sent.clear()
     module.time_modes(makers, 1, 30, 0, blocks=1)
     assert [m for m, _ in sent[3:]] == ["a"] * 30 + ["b"] * 30 + ["c"] * 30
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("_harness", os.path.join(BENCHMARKS,
+                                                                           "_harness.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_matmul_flops_counts_products_and_their_gradients():
+    import tensorflow as tf
+
+    harness = _harness()
+    x, w = tf.ones([3, 5, 7]), tf.Variable(tf.ones([7, 11]))
+    kernel = tf.Variable(tf.ones([3, 7, 4]))  # conv1d: width 3, 7 -> 4 channels
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            y = tf.matmul(tf.reshape(x, [15, 7]), w)  # 2 * 15 * 11 * 7
+            z = tf.einsum("bti,io->bto", x, w)  # 2 * 3 * 5 * 7 * 11
+            c = tf.nn.conv1d(x, kernel, 1, "VALID")  # [3, 3, 4]: 2 * 36 * 3 * 7
+            loss = tf.reduce_sum(y) + tf.reduce_sum(z) + tf.reduce_sum(c)
+        return loss, tape.gradient(loss, [w, kernel])
+
+    forward = 2 * (15 * 11 * 7) * 2 + 2 * 36 * 3 * 7
+    graph = tf.function(step).get_concrete_function(x).graph
+    # each product's gradient with respect to w is one more product of its size, the
+    # convolution's filter gradient one more convolution's worth; the gradients with respect to
+    # the constant x, which the gradient functions also build, never run and are not counted
+    assert harness.matmul_flops(graph) == 2 * forward
+    only_gradients = tf.function(lambda x: step(x)[1]).get_concrete_function(x).graph
+    assert harness.matmul_flops(only_gradients) == forward  # the sums need no forward product
+    assert harness.PRECISIONS == __import__("glomo_tf").hparams.PRECISIONS
+
+
+def test_peer_commands_and_mode_keys_per_precision():
+    import argparse
+
+    harness = _harness()
+    parser = argparse.ArgumentParser()
+    harness.add_model_arguments(parser)
+    harness.add_timing_arguments(parser)
+    parser.add_argument("--mode", nargs="+", default=["function", "xla"])
+    a = harness.check_arguments(parser, parser.parse_args(
+        ["--precision", "float32", "mixed_bfloat16", "--peer", sys.executable,
+         "--peer-script", __file__]))
+    assert harness.timed_modes(a) == [("function", "function", "float32"),
+                                      ("xla", "xla", "float32"),
+                                      ("function_bf16", "function", "mixed_bfloat16"),
+                                      ("xla_bf16", "xla", "mixed_bfloat16")]
+    cmds = harness.peer_commands(a, "train")
+    assert "--autocast-bf16" not in cmds["float32"]
+    assert cmds["mixed_bfloat16"][-1] == "--autocast-bf16"
+    assert cmds["mixed_bfloat16"][:-1] == cmds["float32"]
+
+
+def test_summary_compares_with_the_peer_at_its_best():
+    import argparse
+
+    harness = _harness()
+    a = argparse.Namespace(precision=["float32", "mixed_bfloat16"])
+    per_round = {"xla": [2.0, 2.0, 2.2], "function_bf16": [1.0, 1.1, 1.0]}
+    peer_rounds = {"float32": [{"ms_per_iter_median": 3000.0}] * 3,
+                   "mixed_bfloat16": [{"ms_per_iter_median": 1500.0}, {"ms_per_iter_median":
+                                                                         1650.0},
+                                      {"ms_per_iter_median": 1500.0}]}
+    cmds = {"float32": ["peer"], "mixed_bfloat16": ["peer", "--autocast-bf16"]}
+    import keras
+    import tensorflow as tf
+    result = harness.summary(a, 100, per_round, peer_rounds, cmds, tf, keras)
+    assert result["best_mode"] == "function_bf16" and result["best_peer"] == "mixed_bfloat16"
+    assert result["ratio_best_vs_peer"] == 3.0  # against the first precision's peer (float32)
+    assert result["ratio_best_vs_peer_best"] == 1.5
+    assert result["ratio_best_vs_peer_best_rounds"] == [1.5, 1.5, 1.5]
+    assert result["peers"]["mixed_bfloat16"]["tokens_per_s"] == round(100 / 1.5, 1)
+    assert result["ratio_vs_peers"]["float32"]["xla"] == 1.5
+
+
+@pytest.mark.slow
+def test_pretrain_and_extract_throughput_in_both_precisions():
+    tiny = ["--batch", "2", "--seq", "8", "--d", "8", "--vocab", "30", "--layers", "2",
+            "--heads", "2", "--conv-layers", "1", "--iters", "1", "--warmup", "0", "--rounds",
+            "1", "--precision", "float32", "mixed_bfloat16", "--mode", "function", "xla"]
+    pretrain = finish(start("pretrain_throughput.py", [*tiny, "--positions", "3", "--profile"]))
+    extract = finish(start("extract_throughput.py", tiny))
+    keys = {"function", "xla", "function_bf16", "xla_bf16"}
+    for result in (pretrain, extract):
+        assert set(result["tokens_per_s"]) == keys
+        assert result["config"]["precision"] == ["float32", "mixed_bfloat16"]
+        assert "bfloat16_units" in result["recorded"]["machine"]
+    assert set(pretrain["first_step_loss"]) == keys
+    losses = list(pretrain["first_step_loss"].values())
+    assert max(losses) - min(losses) < 0.05  # the same model in either precision
+    assert pretrain["matmul_gflop_per_step"] > 0
+    assert set(pretrain["matmul_bound_share_of_step"]) == keys
+    assert set(pretrain["profile_ms_per_step"]) == keys
+    assert extract["max_abs_diff_vs_function"]["xla"] < 1e-4  # float32 modes agree
+    assert 0 < extract["max_abs_diff_vs_function"]["function_bf16"] < 0.05  # bfloat16 is close

@@ -323,11 +323,15 @@ def cache_fill_text(fill):
             f"{fill['cache_mb']:.0f} MB")
 
 
-def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
-    with open(os.path.join(REPO, "benchmarks", "outputs", "transfer_overhead_cache_topk.json"),
+@pytest.mark.parametrize("name", ["transfer_overhead_cache_topk",
+                                  "transfer_overhead_cache_topk_bf16"])
+def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme, name):
+    with open(os.path.join(REPO, "benchmarks", "outputs", f"{name}.json"),
               encoding="utf-8") as handle:
         result = json.load(handle)
     config = result["config"]
+    assert config.get("precision", "float32") == ("float32" if name.endswith("topk")
+                                                  else "mixed_bfloat16")
     assert config["cache"] and config["top_k"] == 8 and config["uniform"]
     added, ratio = result["added_ms_per_step"], result["ratio_added_over_mha_added"]
     spread = result["ratio_added_over_mha_added_range"]
@@ -339,7 +343,8 @@ def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme):
         assert row in readme, row
     assert f"self-attention's +{added['mha']:.1f} ms" in readme
     assert result["cache_fill"]["glomo_cached_candidates"]["exact"]
-    assert cache_fill_text(result["cache_fill"]["glomo_cached_candidates"]) in readme
+    if name.endswith("topk"):
+        assert cache_fill_text(result["cache_fill"]["glomo_cached_candidates"]) in readme
 
 
 def test_auto_propagation_switch_point_is_the_layers_count(readme):
@@ -466,10 +471,21 @@ def peer_speed_row(label, name):
               encoding="utf-8") as handle:
         r = json.load(handle)
     best = r["best_mode"]
-    rounds = r["ratio_vs_peer_rounds"][best]
-    return (f"| {label} | `{r['recorded']['command'].replace(' --peer /work/peer-venv/bin/python', ' --peer PYTHON')}` | "
-            f"{r['tokens_per_s'][best]:,.0f} tokens/s ({best}) | {r['peer']['tokens_per_s']:,.0f} "
-            f"| **{r['ratio_best_vs_peer']:.2f}x** (rounds {min(rounds):.2f}-{max(rounds):.2f}x) |")
+
+    def fastest(bfloat16):
+        modes = {m: t for m, t in r["tokens_per_s"].items() if m.endswith("_bf16") == bfloat16}
+        mode = max(modes, key=modes.get)
+        return f"{modes[mode]:,.0f} ({mode})"
+
+    at_best = r["ratio_best_vs_peer_best_rounds"]
+    float32 = r["ratio_vs_peers_rounds"]["float32"][best]
+    command = r["recorded"]["command"].replace(" --peer /work/peer-venv/bin/python", " --peer PYTHON")
+    return (f"| {label} | `{command}` | {fastest(False)} | {fastest(True)} | "
+            f"{r['peers']['float32']['tokens_per_s']:,.0f} | "
+            f"{r['peers']['mixed_bfloat16']['tokens_per_s']:,.0f} | "
+            f"**{r['ratio_best_vs_peer_best']:.2f}x** (rounds {min(at_best):.2f}-{max(at_best):.2f}x) "
+            f"| {r['ratio_vs_peers']['float32'][best]:.2f}x (rounds {min(float32):.2f}-"
+            f"{max(float32):.2f}x) |")
 
 
 def transfer_cost_sentence():
@@ -621,3 +637,50 @@ def test_sentence_neighbours_come_from_the_recorded_probe(readme):
                f"({found['QT+SP+G2L']['cosine']:.3f}) | {found['bow']['sentence']} "
                f"({found['bow']['cosine']:.3f}) |")
         assert row in readme, row
+
+
+# ----------------------------------------------------------------------------- precision
+
+def precision_figures():
+    """The README's bfloat16 figures: the demo in bfloat16, WikiText-2 perplexity and MR accuracy
+    at equal steps (``examples/precision_parity.py``), and the product rates of this CPU
+    (``benchmarks/outputs/pretrain_throughput.json``)."""
+    demo = load("demo_bfloat16.json")["recovery"]
+    float32 = load("demo.json")["recovery"]
+    parity = load("precision_parity.json")
+    with open(os.path.join(REPO, "benchmarks", "outputs", "pretrain_throughput.json"),
+              encoding="utf-8") as handle:
+        speed = json.load(handle)
+    rates = speed["matmul_gflop_per_s_n1024"]
+    ppl = parity["pretraining"]
+    paired = parity["transfer_bf16_vs_float32"]
+    accuracy = {p: list(parity["transfer"][p]["accuracy"].values()) for p in parity["transfer"]}
+    mean = {p: 100 * sum(v) / len(v) for p, v in accuracy.items()}
+    bound = speed["matmul_bound_ms_per_step"]["mixed_bfloat16"]
+    step = speed["ms_per_iter_median"][speed["best_mode"]]
+    return [
+        f"`glomo demo --precision mixed_bfloat16` recovers the planted edges with best heads "
+        f"{demo['forward']['best_head']['share']:.2f} / {demo['backward']['best_head']['share']:.2f}"
+        f" (float32: {float32['forward']['best_head']['share']:.2f} / "
+        f"{float32['backward']['best_head']['share']:.2f};",
+        f"a `[1024, 1024]` product runs at {rates['float32']['function']:.0f} GFLOP/s in float32 "
+        f"and {rates['mixed_bfloat16']['function']:.0f} in bfloat16 under `tf.function`, and at "
+        f"{rates['float32']['xla']:.0f} and {rates['mixed_bfloat16']['xla']:.0f} under XLA",
+        f"validation perplexity {ppl['float32']['val_perplexity']:.1f} in float32 and "
+        f"{ppl['mixed_bfloat16']['val_perplexity']:.1f} in bfloat16 after the same "
+        f"{ppl['float32']['steps']} steps ({100 * (parity['val_perplexity_bf16_over_float32'] - 1):+.1f}%)",
+        f"MR `glomo_embeddings` over {paired['seeds']} paired seeds: {mean['float32']:.2f} in "
+        f"float32, {mean['mixed_bfloat16']:.2f} in bfloat16, a paired difference of "
+        f"{100 * paired['mean_difference']:+.2f} points ({paired['wins']} up, {paired['losses']} "
+        f"down, p {paired['p']:.2f}) against a seed standard deviation of "
+        f"{100 * parity['transfer_float32_seed_std']:.2f}",
+        f"the step's matrix products are {speed['matmul_gflop_per_step']:.0f} GFLOP, "
+        f"{bound:.0f} ms at the bfloat16 product rate, {100 * bound / step:.0f}% of the fastest "
+        f"step ({step:.0f} ms, {speed['best_mode']})",
+    ]
+
+
+def test_precision_figures_come_from_the_recorded_runs(readme):
+    text = " ".join(readme.split())
+    for figure in precision_figures():
+        assert figure in text, f"README lacks: {figure}"
