@@ -684,3 +684,19 @@ def test_precision_figures_come_from_the_recorded_runs(readme):
     text = " ".join(readme.split())
     for figure in precision_figures():
         assert figure in text, f"README lacks: {figure}"
+
+
+def test_the_recorded_bfloat16_demo_is_the_default_run_in_bfloat16():
+    """The bfloat16 demo ran the demo's current settings, and recovers the planted edges as the
+    issue's parity bar asks (best head at least 0.95 in each direction)."""
+    from glomo_tf import demo
+
+    metrics = load("demo_bfloat16.json")
+    assert {k: v for k, v in metrics["model"].items() if k != "parameters"} == demo.MODEL
+    training = metrics["training"]
+    assert (training["epochs"], training["steps_per_epoch"], training["batch_size"],
+            training["seed"], training["precision"]) == (
+        demo.DEFAULTS["epochs"], demo.DEFAULTS["steps_per_epoch"], demo.DEFAULTS["batch_size"], 0,
+        "mixed_bfloat16")
+    for direction in ("forward", "backward"):
+        assert metrics["recovery"][direction]["best_head"]["share"] >= 0.95
