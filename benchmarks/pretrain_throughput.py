@@ -116,6 +116,7 @@ def main(argv=None):
         tf.function(next(iter(models.values())).train_step).get_concrete_function(
             batches[0]).graph)
     rates = {precision: _harness.matmul_rate(tf, precision) for precision in a.precision}
+    result["matmul_flops_per_step"] = int(flops)
     result["matmul_gflop_per_step"] = round(flops / 1e9, 2)
     result["matmul_gflop_per_s_n1024"] = rates
     result["matmul_bound_ms_per_step"] = {

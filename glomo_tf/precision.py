@@ -42,12 +42,13 @@ def precision_scope(precision):
         keras.config.set_dtype_policy(previous)
 
 
-def cpu_has_bfloat16_units():
+def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
     """True when this machine's CPU has bfloat16 matrix instructions (``avx512_bf16`` or
-    ``amx_bf16`` in ``/proc/cpuinfo``); False elsewhere (and where it cannot be read). Without
-    them ``mixed_bfloat16`` still computes correctly, emulated, and slower than float32."""
+    ``amx_bf16`` among the ``flags`` of ``cpuinfo``); False elsewhere (and where the file cannot
+    be read). Without them ``mixed_bfloat16`` still computes correctly, emulated, and slower than
+    float32."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo, encoding="utf-8") as f:
             for line in f:
                 if line.startswith("flags"):
                     flags = set(line.split(":", 1)[1].split())

@@ -215,3 +215,14 @@ def test_glomo_transfer_in_bfloat16_learns_the_planted_task(tmp_path, capsys):
                      "--variants", "baseline", "--seeds", "1", "--epochs", "3", "--max-length",
                      "16", "--resume", "--output-dir", str(out), *TINY]) == 2
     assert "precision 'mixed_bfloat16' -> 'float32'" in capsys.readouterr().err
+
+
+def test_cpu_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
+    from glomo_tf.precision import cpu_has_bfloat16_units
+
+    for flags, expected in (("fpu avx2 avx512f avx512_bf16", True), ("fpu amx_tile amx_bf16", True),
+                            ("fpu avx2 avx512f avx512_vnni", False)):
+        path = tmp_path / "cpuinfo"
+        path.write_text(f"processor\t: 0\nmodel name\t: X\nflags\t\t: {flags}\n\n")
+        assert cpu_has_bfloat16_units(str(path)) is expected
+    assert cpu_has_bfloat16_units(str(tmp_path / "missing")) is False

@@ -75,11 +75,11 @@ def resolve_verbose(value):
     return 1 if sys.stdout.isatty() else 2
 
 
-def add_precision_argument(parser, default="float32"):
+def add_precision_argument(parser):
     """``--precision float32|mixed_bfloat16``: the Keras dtype policy of the command's models."""
     from glomo_tf.hparams import PRECISIONS
     parser.add_argument(
-        "--precision", choices=PRECISIONS, default=default,
+        "--precision", choices=PRECISIONS, default="float32",
         help="mixed_bfloat16: compute in bfloat16 with float32 variables, losses and graph "
              "normalisation; pays on CPUs with bfloat16 matrix units (avx512_bf16, AMX) and on "
              "GPUs, without --jit on a CPU")
