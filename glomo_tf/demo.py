@@ -194,6 +194,7 @@ def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, tes
     """Pretrains, evaluates and writes the outputs; returns the metrics dict (also saved).
 
     ``precision``: ``"float32"`` or ``"mixed_bfloat16"`` (:mod:`glomo_tf.precision`)."""
+    check_precision(precision)  # before any work
     start = time.time()
     from glomo_tf import viz
     from glomo_tf.data import planted
@@ -205,7 +206,6 @@ def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, tes
           f"'K_ji ... B_j v_i' or 'v_i B_j ... K_ji' per window (gap {CORPUS['min_gap']}-"
           f"{CORPUS['max_gap']}), "
           f"vocabulary {train.vocabulary.size}.")
-    check_precision(precision)
     model = build_model(train.vocabulary.size, seed, precision)
     print(f"Pretraining GLoMo ({model.count_params():,} parameters) for {epochs} x "
           f"{steps_per_epoch} steps of {batch_size} windows:")

@@ -22,8 +22,8 @@ from typing import Optional
 import numpy as np
 
 from glomo_tf import evaluation, hparams
-from glomo_tf.precision import check_precision, precision_scope
 from glomo_tf.data.batching import bucketed_training_batches, encode, length_sorted_batches
+from glomo_tf.precision import check_precision, precision_scope
 
 DATASETS = ("mr", "subj", "sst2", "sst5", "file", "imdb", "sst2_tfds")
 TFDS_NAMES = {"imdb": "imdb_reviews", "sst2_tfds": "glue/sst2"}

@@ -2,11 +2,11 @@
 
 import json
 
-import keras
 import numpy as np
 import pytest
 
-from glomo_tf import GraphPredictor, cli, save_graph_predictor
+from _run_dirs import pretrained_run
+from glomo_tf import cli
 from glomo_tf.data.vocabulary import Tokenizer
 
 LINES = ["the cat sat on the mat", "a dog ran in the park", "the dog sat on a cat"]
@@ -15,16 +15,10 @@ LINES = ["the cat sat on the mat", "a dog ran in the park", "the dog sat on a ca
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A directory laid out like a glomo pretrain run: graph_predictor.keras and tokenizer/."""
-    keras.utils.set_random_seed(7)
     directory = tmp_path_factory.mktemp("run")
-    tokenizer = Tokenizer.build(LINES)
-    tokenizer.save(directory / "tokenizer")
-    predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=8, num_layers=2,
-                               num_heads=2, conv_layers=1)
-    predictor.build((None, None))
     # Sharper scores than a fresh initialisation gives, so the graphs have structure to check.
-    predictor.query_kernel.assign(predictor.query_kernel * 30.0)
-    save_graph_predictor(predictor, str(directory / "graph_predictor.keras"))
+    tokenizer, predictor = pretrained_run(directory, LINES, seed=7, sharpen=30.0, hidden_dim=8,
+                                          num_layers=2, num_heads=2, conv_layers=1)
     return directory, tokenizer, predictor
 
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from glomo_tf import GraphPredictor, cli, hparams, save_graph_predictor
-from glomo_tf.data.vocabulary import Tokenizer
+from _run_dirs import pretrained_run
+from glomo_tf import GraphPredictor, cli, hparams
 from glomo_tf.precision import check_precision, precision_scope
 from glomo_tf.saving import load_graph_predictor, with_dtype_policy
 
@@ -42,15 +42,9 @@ def assert_rows_stochastic(graphs, ids, atol):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A glomo-pretrain-like run directory: a float32 graph_predictor.keras and tokenizer/."""
-    keras.utils.set_random_seed(3)
     directory = tmp_path_factory.mktemp("run")
-    tokenizer = Tokenizer.build(LINES)
-    tokenizer.save(directory / "tokenizer")
-    predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=16, num_layers=2,
-                               num_heads=2, conv_layers=2)
-    predictor.build((None, None))
-    predictor.query_kernel.assign(predictor.query_kernel * 20.0)  # graphs with structure
-    save_graph_predictor(predictor, str(directory / "graph_predictor.keras"))
+    tokenizer, predictor = pretrained_run(directory, LINES, seed=3, sharpen=20.0, hidden_dim=16,
+                                          num_layers=2, num_heads=2, conv_layers=2)
     return directory, tokenizer, predictor
 
 
@@ -193,12 +187,8 @@ def test_glomo_transfer_in_bfloat16_learns_the_planted_task(tmp_path, capsys):
     data.write_text("text\tlabel\n" + "".join(f"{t}\t{label}\n" for t, label in rows),
                     encoding="utf-8")
     run_dir = tmp_path / "run"
-    tokenizer = Tokenizer.build([text for text, _ in rows])
-    tokenizer.save(run_dir / "tokenizer")
-    predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=8, num_layers=2,
-                               num_heads=2, conv_layers=1)
-    predictor.build((None, None))
-    save_graph_predictor(predictor, str(run_dir / "graph_predictor.keras"))
+    pretrained_run(run_dir, [text for text, _ in rows], seed=1234, hidden_dim=8, num_layers=2,
+                   num_heads=2, conv_layers=1)
     out = tmp_path / "out"
     assert cli.main(["transfer", "--run", str(run_dir), "--dataset", "file", "--file", str(data),
                      "--variants", "baseline", "glomo_rnn", "--seeds", "0", "--epochs", "3",

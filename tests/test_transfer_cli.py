@@ -2,12 +2,11 @@
 
 import json
 
-import keras
 import numpy as np
 import pytest
 
-from glomo_tf import GraphPredictor, cli, evaluation, save_graph_predictor
-from glomo_tf.data.vocabulary import Tokenizer
+from _run_dirs import pretrained_run
+from glomo_tf import cli, evaluation
 from glomo_tf.evaluation import paired_t, summarize
 from glomo_tf.experiments import splits
 
@@ -39,13 +38,8 @@ def task(tmp_path_factory):
                     "".join(f"{i}\t{text}\t{label}\n" for i, (text, label) in enumerate(rows)),
                     encoding="utf-8")
     run_dir = root / "run"
-    tokenizer = Tokenizer.build([text for text, _ in rows])
-    tokenizer.save(run_dir / "tokenizer")
-    keras.utils.set_random_seed(5)
-    predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=8, num_layers=2,
-                               num_heads=2, conv_layers=1)
-    predictor.build((None, None))
-    save_graph_predictor(predictor, str(run_dir / "graph_predictor.keras"))
+    pretrained_run(run_dir, [text for text, _ in rows], seed=5, hidden_dim=8, num_layers=2,
+                   num_heads=2, conv_layers=1)
     return root, data, run_dir
 
 

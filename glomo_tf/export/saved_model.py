@@ -65,6 +65,7 @@ import tensorflow_text as tf_text
 from glomo_tf.data import vocabulary as vocab_lib
 from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.precision import check_precision
+from glomo_tf.saving import with_dtype_policy
 
 FORMAT = "glomo_tf.export"
 FORMAT_VERSION = 1
@@ -142,7 +143,6 @@ def export_saved_model(model, tokenizer, export_dir, model_name, version=None, m
     """
     predictor = resolve_graph_predictor(model)
     if precision is not None:
-        from glomo_tf.saving import with_dtype_policy
         predictor = with_dtype_policy(predictor, check_precision(precision))
     tokenizer = resolve_tokenizer(tokenizer)
     vocab_lib.check_vocabulary_matches(tokenizer.vocabulary, predictor)

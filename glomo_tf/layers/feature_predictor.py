@@ -91,7 +91,7 @@ class FeaturePredictor(keras.layers.Layer):
 
     def call(self, features, graphs, padding_mask=None):
         features, graphs = self._inputs(features, graphs)
-        layers = self._compose_layers(features, graphs, padding_mask, graphs.shape[2])
+        layers = self._compose_layers(features, tf.unstack(graphs, axis=2), padding_mask)
         return tf.stack(layers, axis=2)
 
     def _inputs(self, features, graphs):
@@ -106,12 +106,14 @@ class FeaturePredictor(keras.layers.Layer):
                 f"[batch, 2, L, K, T, T]; got ranks {features.shape.rank} and {graphs.shape.rank}.")
         return features, graphs
 
-    def _compose_layers(self, features, graphs, padding_mask, count):
-        """The features of the first ``count`` layers, each ``[B, 2, T, d]`` (padding zeroed)."""
+    def _compose_layers(self, features, layer_graphs, padding_mask):
+        """The features of one layer per graph of ``layer_graphs`` (each ``[B, 2, K, T, T]``,
+        ``graphs`` unstacked along their layer axis: an unstack's gradient is one stack, where
+        indexing each layer out makes one strided slice's gradient per layer), each
+        ``[B, 2, T, d]`` (padding zeroed)."""
         outputs = []
-        layer_graphs = tf.unstack(graphs, axis=2)  # an unstack's gradient is one stack
-        for layer in range(count):
-            features = self.compose(features, layer_graphs[layer])
+        for graph in layer_graphs:
+            features = self.compose(features, graph)
             if padding_mask is not None:
                 features = features * tf.cast(padding_mask, features.dtype)[:, None, :, None]
             outputs.append(features)
@@ -133,12 +135,13 @@ class FeaturePredictor(keras.layers.Layer):
         if not self.built:
             self.build(features.shape, graphs.shape)
         features, graphs = self._inputs(features, graphs)
-        below = graphs.shape[2] if top_rows is not None else graphs.shape[2] - 1
-        lower = self._compose_layers(features, graphs, padding_mask, below)
+        layer_graphs = tf.unstack(graphs, axis=2)
+        below = layer_graphs if top_rows is not None else layer_graphs[:-1]
+        lower = self._compose_layers(features, below, padding_mask)
         features = lower[-1] if lower else features
         positions = tf.cast(positions, tf.int32)
         if top_rows is None:
-            top = self.compose(features, tf.unstack(graphs, axis=2)[-1], rows=positions)
+            top = self.compose(features, layer_graphs[-1], rows=positions)
         else:
             top = self.compose(features, tf.cast(top_rows, self.compute_dtype), rows=positions,
                                graph_at_rows=True)
