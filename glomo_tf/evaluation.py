@@ -12,12 +12,13 @@ import numpy as np
 from glomo_tf import hparams
 
 
-def per_seed_accuracy(runs, variant):
-    """``{seed: accuracy}`` of a variant (the mean over folds with k-fold splits)."""
+def per_seed_accuracy(runs, variant, metric="accuracy"):
+    """``{seed: accuracy}`` of a variant (the mean over folds with k-fold splits); ``metric``
+    names another figure of the runs (``"f1"``, ``"test_hard_accuracy"``) to read instead."""
     by_seed = {}
     for r in runs:
-        if r["variant"] == variant:
-            by_seed.setdefault(r["seed"], []).append(r["accuracy"])
+        if r["variant"] == variant and r.get(metric) is not None:
+            by_seed.setdefault(r["seed"], []).append(r[metric])
     return {seed: float(np.mean(values)) for seed, values in by_seed.items()}
 
 
@@ -84,26 +85,27 @@ def accuracy_summary(accuracies):
             "min": float(np.min(accuracies)), "max": float(np.max(accuracies))}
 
 
-def summarize(runs, variants, reference="baseline"):
+def summarize(runs, variants, reference="baseline", metric="accuracy"):
     """Per variant: seeds, mean and std (ddof=1) of the per-seed accuracies; per other variant
-    (GLoMo or related model): the paired comparison with ``reference`` over the seeds both have."""
+    (GLoMo or related model): the paired comparison with ``reference`` over the seeds both have.
+    ``metric``: the runs' figure to summarise (default ``"accuracy"``)."""
     summary = {"variants": {}, "paired": {}}
     for variant in variants:
-        accuracies = list(per_seed_accuracy(runs, variant).values())
+        accuracies = list(per_seed_accuracy(runs, variant, metric).values())
         if accuracies:
             summary["variants"][variant] = accuracy_summary(accuracies)
-    reference_accuracy = per_seed_accuracy(runs, reference)
+    reference_accuracy = per_seed_accuracy(runs, reference, metric)
     for variant in variants:
         if variant == reference:
             continue
-        paired = paired_comparison(per_seed_accuracy(runs, variant), reference_accuracy)
+        paired = paired_comparison(per_seed_accuracy(runs, variant, metric), reference_accuracy)
         if paired is not None:
             summary["paired"][variant] = paired
     # Learned graphs against uniform ones: what the graphs' structure adds over the same fusion.
-    uniform = per_seed_accuracy(runs, "uniform") if reference != "uniform" else {}
+    uniform = per_seed_accuracy(runs, "uniform", metric) if reference != "uniform" else {}
     for variant in variants:
         if variant in hparams.PREDICTOR_VARIANTS and uniform:
-            paired = paired_comparison(per_seed_accuracy(runs, variant), uniform)
+            paired = paired_comparison(per_seed_accuracy(runs, variant, metric), uniform)
             if paired is not None:
                 summary.setdefault("paired_with_uniform", {})[variant] = paired
     return summary
@@ -117,16 +119,18 @@ def format_t(t):
     return f"{t:+.2f}"
 
 
-def format_markdown(summary, dataset, split_description, reference="baseline"):
-    lines = [f"## {dataset}: test accuracy ({split_description})", "",
-             "| variant | seeds | accuracy (mean ± std) | min | max |",
+def format_markdown(summary, dataset, split_description, reference="baseline",
+                    metric="accuracy"):
+    lines = [f"## {dataset}: test {metric.replace('_', ' ')} ({split_description})", "",
+             f"| variant | seeds | {metric.replace('_', ' ')} (mean ± std) | min | max |",
              "|---|---:|---:|---:|---:|"]
     for variant, s in summary["variants"].items():
         lines.append(f"| {variant} | {s['seeds']} | {100 * s['mean']:.2f} ± {100 * s['std']:.2f} "
                      f"| {100 * s['min']:.2f} | {100 * s['max']:.2f} |")
     lines += _paired_table(
         summary["paired"], reference,
-        f"Paired with the {reference} on the same seeds and splits (difference in accuracy points; "
+        f"Paired with the {reference} on the same seeds and splits (difference in "
+        f"{metric.replace('_', ' ')} points; "
         "t = mean(d) / (std(d) / sqrt(n)), n - 1 degrees of freedom):")
     lines += _paired_table(
         summary.get("paired_with_uniform", {}), "uniform",

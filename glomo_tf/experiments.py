@@ -25,7 +25,11 @@ from glomo_tf import evaluation, hparams
 from glomo_tf.data.batching import bucketed_training_batches, encode, length_sorted_batches
 from glomo_tf.precision import check_precision, precision_scope
 
-DATASETS = ("mr", "subj", "sst2", "sst5", "file", "imdb", "sst2_tfds")
+# Sentence-pair tasks (glomo_tf.models.build_pair_classifier; glomo_tf.data.pairs).
+PAIR_DATASETS = ("sick", "mrpc", "snli", "pairs")
+DATASETS = ("mr", "subj", "sst2", "sst5", "file", "listops", "imdb", "sst2_tfds") + PAIR_DATASETS
+# Datasets read from --file (and an optional --test-file).
+FILE_DATASETS = ("file", "listops", "pairs")
 TFDS_NAMES = {"imdb": "imdb_reviews", "sst2_tfds": "glue/sst2"}
 # Datasets read from files with an official split: train for training, dev for validation.
 SST_DATASETS = {"sst2": False, "sst5": True}  # name -> fine_grained
@@ -56,6 +60,10 @@ class TransferConfig:
     fold) runs are trained, each seeded as in a run from scratch, so a long comparison can be
     interrupted and continued, or extended with more seeds. Without it an ``output_dir`` that
     already holds runs is refused rather than overwritten.
+
+    ``save_models`` (default False): each trained model is saved as
+    ``output_dir/models/<variant>-seed<seed>[-fold<k>].keras`` (a GLoMo variant's file holds
+    its frozen predictor too), to be evaluated later on other data.
     """
 
     dataset: str
@@ -64,6 +72,7 @@ class TransferConfig:
     tokenizer: Optional[str] = None
     data_dir: Optional[str] = None
     file: Optional[str] = None
+    test_file: Optional[str] = None
     text_column: str = "text"
     label_column: str = "label"
     max_length: int = 64
@@ -84,6 +93,7 @@ class TransferConfig:
     graph_cache: bool = False
     top_k: Optional[int] = None
     precision: str = "float32"
+    save_models: bool = False
     resume: bool = False
     verbose: int = 1
 
@@ -99,13 +109,30 @@ class TransferConfig:
         if unknown:
             raise ValueError(f"Unknown variant(s) {', '.join(unknown)}; choose from "
                              f"{' '.join(hparams.VARIANTS)}.")
-        if c.dataset == "file" and not c.file:
-            raise ValueError("--dataset file needs --file PATH (a .tsv/.csv file or a directory).")
-        if c.file and c.dataset != "file":
-            raise ValueError("--file is read with --dataset file only.")
+        if c.dataset in FILE_DATASETS and not c.file:
+            raise ValueError(f"--dataset {c.dataset} needs --file PATH ({FILE_HELP[c.dataset]}).")
+        if c.file and c.dataset not in FILE_DATASETS:
+            raise ValueError(f"--file is read with --dataset {' / '.join(FILE_DATASETS)} only.")
+        if c.test_file and c.dataset not in FILE_DATASETS:
+            raise ValueError(f"--test-file is read with --dataset {' / '.join(FILE_DATASETS)} "
+                             "only (the other datasets have their own split).")
+        if c.dataset in PAIR_DATASETS:
+            from glomo_tf.models.pair_classifier import PAIR_VARIANTS
+
+            other = [v for v in c.variants if v not in PAIR_VARIANTS]
+            if other:
+                raise ValueError(f"--dataset {c.dataset} is a sentence-pair task: its variants "
+                                 f"are {' '.join(PAIR_VARIANTS)}, not {' '.join(other)}.")
+            if c.split != "seeded":
+                raise ValueError(f"--dataset {c.dataset} runs --split seeded only.")
+            if c.graph_cache:
+                raise ValueError(f"--dataset {c.dataset}: --graph-cache reads single texts; pair "
+                                 "tasks run the predictor on each sentence of every batch (leave "
+                                 "out --graph-cache).")
         if c.split not in SPLITS:
             raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {c.split!r}.")
-        if c.split == "kfold" and (c.dataset in TFDS_NAMES or c.dataset in SST_DATASETS):
+        if c.split == "kfold" and (c.dataset in TFDS_NAMES or c.dataset in SST_DATASETS
+                                   or c.test_file):
             raise ValueError(f"--dataset {c.dataset} has an official test set; use --split "
                              "seeded.")
         if c.split == "kfold" and c.folds < 2:
@@ -130,6 +157,11 @@ class TransferConfig:
         return c
 
 
+FILE_HELP = {"file": "a .tsv/.csv file or a directory",
+             "listops": "a ListOps file in the original format, label<TAB>expression",
+             "pairs": "a SICK, MRPC, sentence1/sentence2/label .tsv/.csv or SNLI .jsonl file"}
+
+
 # ---------------------------------------------------------------------------------- data
 def load_task(config):
     """``(texts, labels, class_names, official)`` of ``config.dataset``: ``official`` is None, or
@@ -150,8 +182,20 @@ def load_task(config):
         if config.dataset == "subj":
             return (*labeled.load_subj(config.data_dir), None)
         if config.dataset == "file":
-            return (*labeled.load_labeled_text(config.file, config.text_column,
-                                               config.label_column), None)
+            texts, labels, class_names = labeled.load_labeled_text(
+                config.file, config.text_column, config.label_column)
+            official = None
+            if config.test_file:
+                test = labeled.load_labeled_text(config.test_file, config.text_column,
+                                                 config.label_column, class_names=class_names)
+                official = {"test": test[:2], "validation": None}
+            return texts, labels, class_names, official
+        if config.dataset == "listops":
+            texts, labels = _listops_texts(config.file)
+            official = None
+            if config.test_file:
+                official = {"test": _listops_texts(config.test_file), "validation": None}
+            return texts, labels, [str(v) for v in range(10)], official
         name = TFDS_NAMES[config.dataset]
         _, _, train_split, test_split = labeled.TFDS_TEXT_DATASETS[name]
         texts, labels, class_names = labeled.load_tfds_text(name, train_split,
@@ -161,6 +205,17 @@ def load_task(config):
         return texts, labels, class_names, {"test": (test_texts, test_labels), "validation": None}
     except (FileNotFoundError, ImportError) as error:
         raise ValueError(str(error).replace("\n", " ")) from None
+
+
+def _listops_texts(path):
+    """``(texts, labels)`` of a ListOps file: each expression's tokens without the parentheses,
+    joined by spaces (the units a tokenizer splits back)."""
+    from glomo_tf.data.listops import read_listops
+
+    examples = read_listops(path)
+    if not examples:
+        raise ValueError(f"{path!r} holds no ListOps example (label<TAB>expression lines).")
+    return [" ".join(e.tokens) for e in examples], np.array([e.label for e in examples], np.int64)
 
 
 def splits(num_examples, split, folds, seed):
@@ -256,14 +311,23 @@ def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learni
 
 
 # ---------------------------------------------------------------------------------- report
-def write_results(output_dir, config, runs, variants, split_description):
-    """Writes ``results.json`` (config, runs, summary) and ``results.md``; returns the Markdown."""
+def write_results(output_dir, config, runs, variants, split_description, metrics=()):
+    """Writes ``results.json`` (config, runs, summary) and ``results.md``; returns the Markdown.
+
+    ``metrics``: figures of the runs other than ``accuracy`` (``"f1"``, ``"test_hard_accuracy"``)
+    summarised the same way, under the summary's ``metrics``."""
     summary = evaluation.summarize(runs, variants)
+    if metrics:
+        summary["metrics"] = {m: evaluation.summarize(runs, variants, metric=m) for m in metrics}
     import json
 
     with open(os.path.join(output_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump({"config": config, "runs": runs, "summary": summary}, handle, indent=2)
     markdown = evaluation.format_markdown(summary, config["dataset"], split_description)
+    for metric in metrics:
+        markdown += "\n" + evaluation.format_markdown(summary["metrics"][metric],
+                                                      config["dataset"], split_description,
+                                                      metric=metric)
     with open(os.path.join(output_dir, "results.md"), "w", encoding="utf-8") as handle:
         handle.write(markdown)
     return markdown
@@ -286,9 +350,12 @@ def run_transfer(config, record=None):
     ``results.json`` and ``results.md`` to ``config.output_dir`` after each run; returns the
     Markdown report. ``record`` (a dict) is stored in results.json's ``config`` along with the
     settings (the command line's own flags, for example). Raises ``ValueError`` for settings or
-    data to change, before any training."""
+    data to change, before any training. The sentence-pair datasets (:data:`PAIR_DATASETS`) run
+    :func:`glomo_tf.models.build_pair_classifier` through :func:`run_pair_transfer`'s loop."""
     config = config.validated()
     with precision_scope(config.precision):
+        if config.dataset in PAIR_DATASETS:
+            return _run_pair_transfer(config, record)
         return _run_transfer(config, record)
 
 
@@ -297,33 +364,14 @@ def _run_transfer(config, record):
     if len(class_names) < 2 or len(np.unique(labels)) < 2:
         raise ValueError(f"The {config.dataset} data holds a single class: a classifier needs "
                          "two.")
-    try:
-        os.makedirs(config.output_dir, exist_ok=True)
-    except OSError as error:
-        raise ValueError(f"Cannot create --output-dir {config.output_dir!r}: {error}") from None
-
-    saved_config = {**dataclasses.asdict(config), **(record or {}), "class_names": class_names}
-    runs = previous_runs(config, saved_config)
-    if runs:
-        saved_config["seeds"] = list(dict.fromkeys([*(r["seed"] for r in runs), *config.seeds]))
-        saved_config["variants"] = list(dict.fromkeys([*(r["variant"] for r in runs),
-                                                       *config.variants]))
-    done = {(r["variant"], r["seed"], r["fold"]) for r in runs}
+    saved_config, runs, done = _prepare_output(config, record, class_names)
 
     import keras
 
-    from glomo_tf.data.vocabulary import Tokenizer, check_vocabulary_matches
+    from glomo_tf.data.vocabulary import Tokenizer
     from glomo_tf.models.classifier import build_classifier
-    from glomo_tf.saving import load_graph_predictor
 
-    predictor = tokenizer = None
-    if config.model:
-        try:
-            tokenizer = Tokenizer.load(config.tokenizer)
-            predictor = load_graph_predictor(config.model, dtype=config.precision)
-        except FileNotFoundError as error:
-            raise ValueError(str(error).replace("\n", " ")) from None
-        check_vocabulary_matches(tokenizer.vocabulary, predictor)
+    predictor, tokenizer = _load_pretrained(config)
     fixed_ids = encode(tokenizer, texts, config.max_length) if tokenizer else None
 
     @functools.cache
@@ -396,6 +444,8 @@ def _run_transfer(config, record):
                 seconds = time.perf_counter() - start
                 print(f"   test accuracy {100 * accuracy:.2f} after {epochs_run} epoch(s), "
                       f"{seconds:.1f}s")
+                if config.save_models:
+                    _save_model(model, config.output_dir, variant, seed, fold)
                 runs.append({"dataset": config.dataset, "variant": variant, "seed": seed,
                              "fold": fold, "accuracy": accuracy, "epochs_run": epochs_run,
                              "seconds": round(seconds, 3), "train_examples": int(len(train)),
@@ -410,8 +460,207 @@ def _run_transfer(config, record):
     return markdown
 
 
+def _prepare_output(config, record, class_names):
+    """``(saved_config, runs, done)``: the settings results.json records, the runs kept from a
+    resumed ``results.json`` and their ``(variant, seed, fold)`` keys."""
+    try:
+        os.makedirs(config.output_dir, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"Cannot create --output-dir {config.output_dir!r}: {error}") from None
+    saved_config = {**dataclasses.asdict(config), **(record or {}), "class_names": class_names}
+    runs = previous_runs(config, saved_config)
+    if runs:
+        saved_config["seeds"] = list(dict.fromkeys([*(r["seed"] for r in runs), *config.seeds]))
+        saved_config["variants"] = list(dict.fromkeys([*(r["variant"] for r in runs),
+                                                       *config.variants]))
+    return saved_config, runs, {(r["variant"], r["seed"], r["fold"]) for r in runs}
+
+
+def _load_pretrained(config):
+    """``(predictor, tokenizer)`` of ``config.model`` / ``config.tokenizer`` (None, None without
+    a model); the predictor runs in ``config.precision``."""
+    from glomo_tf.data.vocabulary import Tokenizer, check_vocabulary_matches
+    from glomo_tf.saving import load_graph_predictor
+
+    if not config.model:
+        return None, None
+    try:
+        tokenizer = Tokenizer.load(config.tokenizer)
+        predictor = load_graph_predictor(config.model, dtype=config.precision)
+    except FileNotFoundError as error:
+        raise ValueError(str(error).replace("\n", " ")) from None
+    check_vocabulary_matches(tokenizer.vocabulary, predictor)
+    return predictor, tokenizer
+
+
+# ---------------------------------------------------------------------------------- pair tasks
+def load_pair_task(config):
+    """The :class:`glomo_tf.data.pairs.PairTask` of a pair ``config.dataset`` (``pairs``:
+    ``config.file`` for training, ``config.test_file`` as the test split when given)."""
+    from glomo_tf.data import pairs
+
+    try:
+        if config.dataset == "sick":
+            return pairs.load_sick(config.data_dir)
+        if config.dataset == "mrpc":
+            return pairs.load_mrpc(config.data_dir)
+        if config.dataset == "snli":
+            return pairs.load_snli(config.data_dir)
+        train, class_names = pairs.load_pairs_file(config.file)
+        test = None
+        if config.test_file:
+            test, _ = pairs.load_pairs_file(config.test_file, class_names=class_names)
+        return pairs.PairTask("pairs", class_names, train, test=test)
+    except FileNotFoundError as error:
+        raise ValueError(str(error).replace("\n", " ")) from None
+
+
+def describe_pair_split(task):
+    """One line saying how a pair task is split, as results.md writes it."""
+    if task.validation is not None and task.test is not None:
+        return "official train/dev/test split"
+    if task.test is not None:
+        return "official test split, 10% of training for validation"
+    return "seeded 90/10 split, 10% of training for validation"
+
+
+def pair_splits(task, seed):
+    """``(train, validation, test)`` :class:`~glomo_tf.data.pairs.PairSplit` of a pair task for
+    one seed: its official splits where it has them; a missing validation split is a seeded
+    10% of the training pairs, a missing test split a seeded 10% held out before that."""
+    size = len(task.train.labels)
+    if task.validation is not None and task.test is not None:
+        return task.train, task.validation, task.test
+    if task.test is not None:
+        keep, held = _seeded_split(size, VALIDATION_FRACTION, seed)
+        return _pair_subset(task.train, keep), _pair_subset(task.train, held), task.test
+    _, keep, held, tested = splits(size, "seeded", 0, seed)[0]
+    return tuple(_pair_subset(task.train, index) for index in (keep, held, tested))
+
+
+def _pair_subset(split, index):
+    return type(split)([split.first[i] for i in index], [split.second[i] for i in index],
+                       np.asarray(split.labels)[index])
+
+
+def _encode_pairs(split, tokenizer, max_length):
+    """``(first ids, second ids, labels)`` of a :class:`~glomo_tf.data.pairs.PairSplit`."""
+    return (encode(tokenizer, split.first, max_length), encode(tokenizer, split.second, max_length),
+            np.asarray(split.labels, np.int64))
+
+
+def train_and_evaluate_pairs(model, train, validation, tests, *, learning_rate=1e-3, patience=2,
+                             epochs=10, batch_size=50, verbose=1, seed=0):
+    """:func:`train_and_evaluate` for a pair classifier: ``train`` and ``validation`` are
+    ``(first ids, second ids, labels)``, ``tests`` a dict ``{name: (first, second, labels)}``.
+    Returns ``({name: predicted classes}, epochs run)``."""
+    import keras
+
+    from glomo_tf.data.batching import pair_sorted_batches, pair_training_batches
+
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
+                                         patience=patience, restore_best_weights=True)
+    inference_batch = 2 * batch_size
+    history = model.fit(pair_training_batches(*train, batch_size, seed),
+                        validation_data=pair_sorted_batches(*validation, inference_batch)[0],
+                        epochs=epochs, shuffle=False, callbacks=[stop], verbose=verbose)
+    predictions = {}
+    for name, (first, second, labels) in tests.items():
+        data, order = pair_sorted_batches(first, second, labels, inference_batch)
+        predicted = np.empty(len(order), np.int64)
+        predicted[order] = np.argmax(model.predict(data, verbose=0), axis=-1)
+        predictions[name] = predicted
+    return predictions, len(history.history["loss"])
+
+
+def binary_f1(predicted, labels, positive=1):
+    """F1 of the ``positive`` class (GLUE's MRPC figure): ``2 tp / (2 tp + fp + fn)``; 0 when
+    there is no positive prediction or label."""
+    predicted, labels = np.asarray(predicted), np.asarray(labels)
+    tp = int(np.sum((predicted == positive) & (labels == positive)))
+    wrong = int(np.sum((predicted == positive) != (labels == positive)))
+    return 2 * tp / (2 * tp + wrong) if tp else 0.0
+
+
+def _run_pair_transfer(config, record):
+    task = load_pair_task(config)
+    saved_config, runs, done = _prepare_output(config, record, task.class_names)
+
+    import keras
+
+    from glomo_tf.data.vocabulary import Tokenizer
+    from glomo_tf.models.pair_classifier import build_pair_classifier
+
+    predictor, tokenizer = _load_pretrained(config)
+    binary = len(task.class_names) == 2
+    metrics = (("f1",) if binary else ()) + tuple(f"{name}_accuracy" for name in task.extra_tests)
+    split_description = describe_pair_split(task)
+    sizes = {"train": len(task.train.labels)}
+    for name in ("validation", "test"):
+        if getattr(task, name) is not None:
+            sizes[name] = len(getattr(task, name).labels)
+    print(f"{config.dataset}: pairs {sizes}, classes {task.class_names}; variants "
+          f"{' '.join(config.variants)}; seeds {' '.join(map(str, config.seeds))}; "
+          f"{split_description}")
+    if runs:
+        print(f"Resuming: {len(runs)} run(s) kept from "
+              f"{os.path.join(config.output_dir, 'results.json')}")
+    training = dict(learning_rate=config.learning_rate, patience=config.patience,
+                    epochs=config.epochs, batch_size=config.batch_size, verbose=config.verbose)
+    markdown = ""
+    for seed in config.seeds:
+        if all((variant, seed, None) in done for variant in config.variants):
+            continue
+        train, validation, test = pair_splits(task, seed)
+        encoder = tokenizer or Tokenizer.build(list(train.first) + list(train.second))
+        train_data = _encode_pairs(train, encoder, config.max_length)
+        validation_data = _encode_pairs(validation, encoder, config.max_length)
+        tests = {"test": _encode_pairs(test, encoder, config.max_length)}
+        tests.update({name: _encode_pairs(split, encoder, config.max_length)
+                      for name, split in task.extra_tests.items()})
+        for variant in config.variants:
+            if (variant, seed, None) in done:
+                continue
+            print(f"\n== {config.dataset} | {variant} | seed {seed}")
+            keras.utils.set_random_seed(seed)
+            model = build_pair_classifier(
+                encoder.vocabulary_size, len(task.class_names), variant,
+                graph_predictor=predictor, embedding_dim=config.embedding_dim,
+                rnn_units=config.rnn_units, dropout=config.dropout,
+                num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
+                top_k=config.top_k)
+            start = time.perf_counter()
+            predictions, epochs_run = train_and_evaluate_pairs(
+                model, train_data, validation_data, tests, seed=seed, **training)
+            seconds = time.perf_counter() - start
+            run = {"dataset": config.dataset, "variant": variant, "seed": seed, "fold": None,
+                   "accuracy": float(np.mean(predictions["test"] == tests["test"][2]))}
+            if binary:
+                run["f1"] = binary_f1(predictions["test"], tests["test"][2])
+            for name in task.extra_tests:
+                run[f"{name}_accuracy"] = float(np.mean(predictions[name] == tests[name][2]))
+            run.update({"epochs_run": epochs_run, "seconds": round(seconds, 3),
+                        "train_examples": len(train_data[2]),
+                        "validation_examples": len(validation_data[2]),
+                        "test_examples": len(tests["test"][2])})
+            print("   " + ", ".join(f"{k} {100 * run[k]:.2f}" for k in ("accuracy", *metrics))
+                  + f" after {epochs_run} epoch(s), {seconds:.1f}s")
+            if config.save_models:
+                _save_model(model, config.output_dir, variant, seed, None)
+            runs.append(run)
+            markdown = write_results(config.output_dir, saved_config, runs,
+                                     saved_config["variants"], split_description, metrics)
+            del model
+    if not markdown:
+        markdown = write_results(config.output_dir, saved_config, runs, saved_config["variants"],
+                                 split_description, metrics)
+    return markdown
+
+
 # Settings a resumed comparison may change: which runs it holds, and how progress is printed.
-RESUMABLE_SETTINGS = ("seeds", "variants", "resume", "verbose", "output_dir")
+RESUMABLE_SETTINGS = ("seeds", "variants", "resume", "verbose", "output_dir", "save_models")
 
 
 def previous_runs(config, saved_config):
@@ -451,6 +700,14 @@ def previous_runs(config, saved_config):
         raise ValueError(f"{path} holds the same (variant, seed, fold) run twice: move it away "
                          "or choose another --output-dir.")
     return runs
+
+
+def _save_model(model, output_dir, variant, seed, fold):
+    """Saves a trained model as ``output_dir/models/<variant>-seed<seed>[-fold<k>].keras``."""
+    directory = os.path.join(output_dir, "models")
+    os.makedirs(directory, exist_ok=True)
+    name = f"{variant}-seed{seed}" + ("" if fold is None else f"-fold{fold + 1}")
+    model.save(os.path.join(directory, name + ".keras"))
 
 
 def _encoded(split, tokenizer, max_length):

@@ -157,6 +157,45 @@ def test_own_data_errors(tmp_path):
         load_labeled_text(one)
 
 
+def test_a_test_file_read_with_the_training_classes(tmp_path):
+    """``class_names=``: labels index into the given classes; one class is fine in a test file."""
+    test = tmp_path / "test.tsv"
+    test.write_text("text\tlabel\nfine\tpos\n\nawful\tpos\n")
+    texts, labels, class_names = load_labeled_text(test, class_names=("neg", "neutral", "pos"))
+    assert texts == ["fine", "awful"]
+    assert class_names == ["neg", "neutral", "pos"] and labels.tolist() == [2, 2]
+    test.write_text("text\tlabel\nfine\tpos\n\nso-so\tmixed\n")
+    with pytest.raises(ValueError) as error:
+        load_labeled_text(test, class_names=["neg", "pos"])
+    message = str(error.value)
+    assert "\n" not in message and str(test) in message and "line 4" in message
+    assert "'mixed'" in message and "['neg', 'pos']" in message
+    folders = tmp_path / "folders"
+    for name in ("pos", "spam"):
+        (folders / name).mkdir(parents=True)
+        (folders / name / "1.txt").write_text("text")
+    with pytest.raises(ValueError, match=r"class 'spam'.*\['neg', 'pos'\]"):
+        load_labeled_text(folders, class_names=["neg", "pos"])
+    (folders / "spam" / "1.txt").unlink()
+    (folders / "spam").rmdir()
+    texts, labels, class_names = load_labeled_text(folders, class_names=["neg", "pos"])
+    assert labels.tolist() == [1] and class_names == ["neg", "pos"]
+
+
+def test_a_table_that_is_not_utf8_names_the_line(tmp_path):
+    table = tmp_path / "latin1.csv"
+    table.write_bytes("\ufefftext,label\r\ngood,pos\r\n".encode("utf-8") + b"caf\xe9,neg\r\n")
+    with pytest.raises(ValueError) as error:
+        load_labeled_text(table)
+    message = str(error.value)
+    assert "\n" not in message and str(table) in message and "line 3" in message
+    assert "not valid UTF-8" in message and "re-save the file as UTF-8" in message
+    # A byte-order mark and CRLF line ends are fine.
+    table.write_bytes("\ufefftext,label\r\ngood,pos\r\ncaf\u00e9,neg\r\n".encode("utf-8"))
+    texts, labels, class_names = load_labeled_text(table)
+    assert texts == ["good", "caf\u00e9"] and class_names == ["neg", "pos"]
+
+
 # ---------------------------------------------------------------------------------- tfds
 @pytest.mark.parametrize("name, split", [("imdb_reviews", "train"), ("glue/sst2", "validation")])
 def test_tfds_loader_on_mock_data(name, split):

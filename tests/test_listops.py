@@ -4,8 +4,9 @@ from the un-binarised token sequence alone, the original's text format, the gold
 import numpy as np
 import pytest
 
-from glomo_tf.data.listops import (OPERATORS, encode_listops, generate_listops, label_counts,
-                                   parse_line, read_listops, write_listops)
+from glomo_tf.data.listops import (OPERATORS, evaluate, encode_listops, format_line,
+                                   generate_listops, label_counts, parse_line, read_listops,
+                                   write_listops)
 from glomo_tf.trees import tree_leaves, tree_spans
 
 
@@ -120,3 +121,73 @@ def test_encoding_and_errors():
         parse_line("3\t( ( [MAX 22 ) ] )")
     with pytest.raises(ValueError, match="max_depth"):
         generate_listops(3, seed=0, max_depth=0)
+
+
+def binarise(tokens):
+    """The left-branching binary tree of ``[MAX 2 [MIN 3 4 ] ]`` built here by a stack of open
+    lists: ``(((([MAX, 2), ((([MIN, 3), 4), ])), ])``; a bare digit is itself."""
+    stack = [[]]
+    for token in tokens:
+        if token.startswith("["):
+            stack.append([token])
+        elif token == "]":
+            items = stack.pop() + ["]"]
+            tree = items[0]
+            for item in items[1:]:
+                tree = (tree, item)
+            stack[-1].append(tree)
+        else:
+            stack[-1].append(token)
+    assert len(stack) == 1 and len(stack[0]) == 1
+    return stack[0][0]
+
+
+@pytest.mark.parametrize("expression, value", [
+    ("7", 7),
+    ("0", 0),
+    ("[MAX 2 9 [MIN 4 7 ] 0 ]", 9),
+    ("[MIN 7 [MAX 2 9 ] 8 ]", 7),
+    ("[SM 9 8 7 ]", 4),  # 24 mod 10
+    ("[SM 0 0 ]", 0),
+    ("[SM 5 6 [SM 9 9 ] ]", 9),  # 5 + 6 + 8 = 19
+    ("[MED 5 1 7 ]", 5),
+    ("[MED 3 4 ]", 3),  # int(3.5)
+    ("[MED 0 9 ]", 4),  # int(4.5)
+    ("[MED 1 2 3 8 ]", 2),  # int(2.5)
+    ("[MED 2 2 9 9 ]", 5),  # int(5.5)
+    ("[MED [SM 9 9 ] [MIN 1 2 ] 5 7 ]", 6),  # MED(8, 1, 5, 7) = int(6.0)
+    ("[SM [MED 1 [MAX 3 8 ] ] [MIN 6 [SM 5 5 ] ] 3 ]", 7),  # SM(int(4.5), MIN(6, 0), 3)
+    ("[MAX [MAX [MAX [MIN 9 3 ] 1 ] 2 ] 0 ]", 3),
+])
+def test_evaluate_hand_computed(expression, value):
+    tokens = expression.split()
+    assert evaluate(binarise(tokens)) == value
+    assert evaluate_tokens(tokens) == value  # the stack evaluator above agrees
+
+
+def test_a_bare_digit_line():
+    e = parse_line("9\t9")
+    assert e.label == 9 and e.tokens == ("9",) and e.tree == "9" and e.expression == "9"
+    assert evaluate(e.tree) == 9
+    assert evaluate(parse_line("3\t( 3 )").tree) == 3
+    assert parse_line(format_line(e)) == e
+
+
+def test_evaluate_of_a_parsed_line():
+    e = parse_line("9\t( ( ( ( ( [MAX 2 ) 9 ) ( ( ( [MIN 4 ) 7 ) ] ) ) 0 ) ] )")
+    assert evaluate(e.tree) == 9
+    assert e.tree == binarise(e.tokens)
+
+
+def test_evaluate_rejects_malformed_trees():
+    for tree in ["]", "[MAX", "12", ("[MAX", "2"), (("[MAX", "2"), ")"), ("[MAX", "]"),
+                 ((("[MIN", "2"), "]"), "]"), (("[MAX", "x"), "]")]:
+        with pytest.raises(ValueError):
+            evaluate(tree)
+
+
+def test_generated_labels_are_the_value_of_the_parsed_tree():
+    examples = generate_listops(300, seed=5, max_depth=8)
+    for e in examples:
+        assert e.label == evaluate(parse_line(format_line(e)).tree), e.expression
+        assert e.label == evaluate(e.tree)

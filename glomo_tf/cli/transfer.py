@@ -32,6 +32,15 @@ Examples::
         --output-dir mr-related
     glomo transfer --run runs/wiki --dataset file --file reviews.tsv --text-column review \\
         --label-column stars --output-dir runs/wiki/reviews
+    glomo transfer --run runs/books --dataset sick --seeds 0 1 2 3 4 5 6 7 8 9 \\
+        --output-dir runs/books/sick
+    glomo transfer --run runs/listops --dataset listops --file train.tsv --test-file test.tsv \\
+        --output-dir runs/listops/transfer
+
+Sentence pairs (``sick``, ``mrpc``, ``snli``, ``pairs``) run the pair classifier of
+:mod:`glomo_tf.models.pair_classifier` (a shared encoder per sentence, ESIM-style alignment;
+variants ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``); two-class tasks also
+report the F1 of the second class (MRPC: paraphrase), SNLI the accuracy on its hard subset.
 """
 
 import argparse
@@ -55,12 +64,20 @@ def register(subparsers):
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", required=True, metavar="|".join(DATASETS),
                       help="mr, subj (Pang & Lee), sst2, sst5 (SST sentences, official "
-                           "train/dev/test), file (your own, --file), imdb, sst2_tfds (tfds)")
+                           "train/dev/test), file (your own, --file), listops (a ListOps file, "
+                           "--file), imdb, sst2_tfds (tfds); sentence pairs: sick (SemEval "
+                           "split), mrpc, snli (1%% train + dev, official test and its hard "
+                           "subset), pairs (your own, --file)")
     data.add_argument("--data-dir", help="mr/subj/sst2/sst5: the folder holding the files "
                                          "(default: the project's ../shared/data); "
                                          "imdb/sst2_tfds: tfds data_dir")
     data.add_argument("--file", help="--dataset file: a .tsv/.csv file with a header, or a "
-                                     "directory with one .txt file or sub-directory per class")
+                                     "directory with one .txt file or sub-directory per class; "
+                                     "--dataset listops: label<TAB>expression lines; --dataset "
+                                     "pairs: a SICK or MRPC file as distributed, a .tsv/.csv with "
+                                     "sentence1, sentence2 and label columns, or SNLI .jsonl")
+    data.add_argument("--test-file", help="--dataset file/listops/pairs: a test file in --file's "
+                                          "format (default: a seeded 10%% of --file)")
     data.add_argument("--text-column", default=D.text_column,
                       help="text column of --file (default text)")
     data.add_argument("--label-column", default=D.label_column,
@@ -115,6 +132,9 @@ def register(subparsers):
                             "exact when K covers every row's sources (default: dense graphs)")
     add_precision_argument(speed)
     parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
+    parser.add_argument("--save-models", action="store_true", default=D.save_models,
+                        help="save every trained model as OUTPUT_DIR/models/VARIANT-seedS.keras "
+                             "(GLoMo variants with their frozen predictor)")
     parser.add_argument("--resume", action="store_true", default=D.resume,
                         help="keep the runs of --output-dir's results.json (same settings; more "
                              "seeds or variants may be added) and run only the missing ones; "

@@ -59,3 +59,39 @@ def sequence_lengths(ids):
     """Position of the last real unit + 1 of each row of ``ids`` (0 for an empty row)."""
     real = np.asarray(ids) != 0
     return np.where(real.any(axis=1), real.shape[1] - np.argmax(real[:, ::-1], axis=1), 0)
+
+
+def pair_training_batches(first, second, labels, batch_size, seed):
+    """Shuffled training batches of sentence pairs ``((first, second), labels)``, each side cut
+    to its longest sentence in the batch; every epoch reshuffles (seeded)."""
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (first.astype("int32"), second.astype("int32"), np.asarray(labels, "int64"),
+         sequence_lengths(first).astype("int32"), sequence_lengths(second).astype("int32")))
+    dataset = dataset.shuffle(len(first), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size).map(
+        lambda a, b, y, na, nb: ((a[:, :tf.maximum(tf.reduce_max(na), 1)],
+                                  b[:, :tf.maximum(tf.reduce_max(nb), 1)]), y))
+    batches = -(-len(first) // batch_size)
+    return dataset.apply(tf.data.experimental.assert_cardinality(batches)).prefetch(2)
+
+
+def pair_sorted_batches(first, second, labels, batch_size):
+    """``(dataset, order)`` of sentence pairs sorted by their total length, batched, each side
+    cut to its longest sentence in the batch (:func:`length_sorted_batches` for pairs)."""
+    import tensorflow as tf
+
+    first_lengths, second_lengths = sequence_lengths(first), sequence_lengths(second)
+    order = np.argsort(first_lengths + second_lengths, kind="stable")
+    labels = np.asarray(labels, "int64")
+    batches = []
+    for i in range(0, len(order), batch_size):
+        part = order[i:i + batch_size]
+        batches.append(((first[part, :max(1, first_lengths[part].max())],
+                         second[part, :max(1, second_lengths[part].max())]), labels[part]))
+    dataset = tf.data.Dataset.from_generator(
+        lambda: iter(batches), output_signature=(
+            (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)),
+            tf.TensorSpec([None], tf.int64)))
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))), order

@@ -16,8 +16,10 @@ indices into ``class_names`` (a list of str). Splits are index arrays (:func:`se
 * :func:`load_tfds_text`: a tensorflow-datasets classification set such as ``imdb_reviews`` or
   ``glue/sst2`` (needs ``pip install glomo_tf[datasets]``).
 
-Bytes that are not valid UTF-8 (the original MR files are latin-1) are replaced by U+FFFD, as in
-pretraining, never fatal.
+In the MR, SUBJ and SST files and in class directories, bytes that are not valid UTF-8 (the
+original MR files are latin-1) are replaced by U+FFFD, as in pretraining, never fatal. A TSV/CSV
+file of your own must be UTF-8 (a byte-order mark and CRLF line ends are fine): a line holding
+other bytes is an error naming the file and the line, raised before any training.
 
 Example::
 
@@ -80,6 +82,23 @@ def _read_lines(path):
     with open(path, "rb") as handle:
         text = handle.read().decode("utf-8", errors="replace")
     return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _decode_utf8_strictly(raw, path):
+    """``raw`` (the bytes of a user's file at ``path``) as text; a leading byte-order mark dropped.
+
+    Raises ``ValueError`` naming the file and the line (1-based, as an editor counts) of the first
+    bytes that are not valid UTF-8.
+    """
+    bom = b"\xef\xbb\xbf" if raw.startswith(b"\xef\xbb\xbf") else b""
+    try:
+        return raw[len(bom):].decode("utf-8")
+    except UnicodeDecodeError as error:
+        start = len(bom) + error.start
+        line_number = raw.count(b"\n", 0, start) + 1
+        bad = raw[start:len(bom) + error.end]
+        raise ValueError(f"{path!r}, line {line_number}: bytes that are not valid UTF-8 ({bad!r}); "
+                         "re-save the file as UTF-8.") from None
 
 
 def _load_line_files(directory, files, dataset):
@@ -150,7 +169,8 @@ def load_sst(split="train", fine_grained=False, data_dir=None):
 
 
 # ---------------------------------------------------------------------------------- your own data
-def load_labeled_text(path, text_column="text", label_column="label", delimiter=None):
+def load_labeled_text(path, text_column="text", label_column="label", delimiter=None,
+                      class_names=None):
     """Your own labelled texts.
 
     Args:
@@ -164,33 +184,43 @@ def load_labeled_text(path, text_column="text", label_column="label", delimiter=
         text_column, label_column: header names of the text and label columns (table files).
         delimiter: column separator; by default from the extension (``\\t`` for .tsv, ``,`` for
             .csv).
+        class_names: the classes to expect, e.g. those of the training file when reading a test
+            file; a label outside them is an error. None: the classes are the labels found.
 
     Returns:
-        ``(texts, labels, class_names)``; class names are the distinct labels sorted (as
-        strings), labels index into them.
+        ``(texts, labels, class_names)``; class names are ``class_names`` when given, else the
+        distinct labels sorted (as strings); labels index into them.
 
     Raises:
         FileNotFoundError: ``path`` does not exist, or a directory holds no class.
-        ValueError: a missing column, a row without text, a class directory/file without examples,
-            or fewer than two classes.
+        ValueError: a missing column, a row without text or label, a line that is not UTF-8, a
+            class directory/file without examples, a label outside ``class_names``, or (without
+            ``class_names``) fewer than two classes.
     """
     path = os.fspath(path)
+    known = None if class_names is None else list(class_names)
     if os.path.isdir(path):
         texts, label_names = _read_class_directory(path)
+        unknown = [] if known is None else sorted(set(label_names) - set(known))
+        if unknown:
+            raise ValueError(f"{path!r} holds class {unknown[0]!r} (a .txt file or sub-directory), "
+                             f"not one of the known classes {known}; rename it to one of them.")
     elif os.path.isfile(path):
-        texts, label_names = _read_table(path, text_column, label_column, delimiter)
+        texts, label_names = _read_table(path, text_column, label_column, delimiter, known)
     else:
         raise FileNotFoundError(f"No labelled data at {path!r}: pass a .tsv/.csv file or a "
                                 "directory with one .txt file or sub-directory per class.")
-    class_names = sorted(set(label_names))
-    if len(class_names) < 2:
-        raise ValueError(f"{path!r} holds a single class ({class_names[0]!r}): a classifier needs "
-                         "at least two.")
+    if known is None:
+        known = sorted(set(label_names))
+        if len(known) < 2:
+            raise ValueError(f"{path!r} holds a single class ({known[0]!r}): a classifier needs "
+                             "at least two.")
+    class_names = known
     index = {name: i for i, name in enumerate(class_names)}
     return texts, np.asarray([index[name] for name in label_names], np.int64), class_names
 
 
-def _read_table(path, text_column, label_column, delimiter):
+def _read_table(path, text_column, label_column, delimiter, class_names=None):
     if delimiter is None:
         extension = os.path.splitext(path)[1].lower()
         if extension not in DELIMITERS:
@@ -198,7 +228,7 @@ def _read_table(path, text_column, label_column, delimiter):
                              "use .tsv or .csv, or pass the delimiter.")
         delimiter = DELIMITERS[extension]
     with open(path, "rb") as handle:
-        text = handle.read().decode("utf-8-sig", errors="replace")
+        text = _decode_utf8_strictly(handle.read(), path)
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     rows = csv.reader(text.splitlines(), delimiter=delimiter, quoting=quoting)
     header = next(rows, None)
@@ -223,6 +253,9 @@ def _read_table(path, text_column, label_column, delimiter):
             raise ValueError(f"{path!r}, line {line_number}: empty text.")
         if not label_value:
             raise ValueError(f"{path!r}, line {line_number}: empty label.")
+        if class_names is not None and label_value not in class_names:
+            raise ValueError(f"{path!r}, line {line_number}: unknown label {label_value!r}; the "
+                             f"known labels are {class_names}. Use one of them.")
         texts.append(text_value)
         labels.append(label_value)
     if not texts:
