@@ -700,3 +700,79 @@ def test_the_recorded_bfloat16_demo_is_the_default_run_in_bfloat16():
         "mixed_bfloat16")
     for direction in ("forward", "backward"):
         assert metrics["recovery"][direction]["best_head"]["share"] >= 0.95
+
+
+# ----------------------------------------------------------------------- where the graphs pay
+
+PAY_VARIANTS = ("baseline", "uniform", "glomo_embeddings", "glomo_rnn")
+PAY_PAIRS = (("paired", "glomo_rnn"), ("paired_with_uniform", "glomo_rnn"),
+             ("paired_with_uniform", "glomo_embeddings"))
+
+
+def paired_text(p):
+    """``+1.23 (7 / 3, p 0.04)``: mean difference in points, wins / losses, two-sided p."""
+    pvalue = "n/a" if p["p"] is None else f"{p['p']:.2f}"
+    return f"{100 * p['mean_difference']:+.2f} ({p['wins']} / {p['losses']}, p {pvalue})"
+
+
+def pay_row(task, summary, metric=None):
+    """A row of the README's "Where the graphs pay" tables: mean ± std per variant (a variant
+    run on fewer seeds says how many), glomo_rnn - baseline, glomo_rnn - uniform and
+    glomo_embeddings - uniform."""
+    if metric is not None:
+        summary = summary["metrics"][metric]
+    v = summary["variants"]
+    seeds = v["baseline"]["seeds"]
+    cells = []
+    for name in PAY_VARIANTS:
+        if name not in v:
+            cells.append("-")
+            continue
+        cell = f"{100 * v[name]['mean']:.2f} ± {100 * v[name]['std']:.2f}"
+        if v[name]["seeds"] != seeds:
+            cell = f"{100 * v[name]['mean']:.2f} ({v[name]['seeds']} seed)"
+        cells.append(cell)
+    for key, name in PAY_PAIRS:
+        p = summary.get(key, {}).get(name)
+        cells.append("-" if p is None or p["seeds"] != seeds else paired_text(p))
+    return f"| {task} | {seeds} | " + " | ".join(cells) + " |"
+
+
+def listops_agreement_row(agreement):
+    best, averaged = agreement["best_head"], agreement["best_heads_averaged"]
+    offset = agreement["best_offset"]
+    return (f"| {agreement['units']:,} | {best['share']:.3f} (layer {best['layer']}, head "
+            f"{best['head']}) | {averaged['share']:.3f} (layer {averaged['layer']}) | "
+            f"{offset['share']:.3f} (t - {offset['offset']}) | {agreement['chance']:.3f} |")
+
+
+def books_row(label, curve_file, stats_file):
+    """A row of the README's books table: tokens seen, validation perplexity of the last epoch,
+    and the graphs' statistics on MR (as the WikiText-2 table)."""
+    curve = load(curve_file)
+    stats = load(stats_file)
+    last = curve["curve"][-1]
+    graphs = [row for name in ("forward", "backward") for row in stats["predictor"][name]]
+    uniform = stats["uniform"]["forward"][0]["entropy"]
+    entropy = [g["entropy"] for g in graphs]
+    return (f"| {label} | {last['tokens_seen'] / 1e6:.1f}M | {last['val_perplexity']:.0f} | "
+            + " / ".join(f"{e:.2f}" for e in entropy)
+            + f" | {100 * sum(entropy) / len(entropy) / uniform:.0f}% | "
+            f"{sum(g['sources'] for g in graphs) / len(graphs):.1f} | "
+            f"{sum(g['adjacent'] for g in graphs) / len(graphs):.2f} |")
+
+
+def test_where_the_graphs_pay_figures_come_from_their_json(readme):
+    listops = load("listops_graphs.json")
+    rows = [pay_row("ListOps", listops["transfer"]["summary"]),
+            pay_row("SICK", load("sick_results.json")["summary"]),
+            listops_agreement_row(listops["agreement"]),
+            books_row("`gru` (the paper), bfloat16", "books_gru_curve.json",
+                      "books_mr_stats_gru.json")]
+    for row in rows:
+        assert row in readme, f"README lacks: {row}"
+    curve = load("books_gru_curve.json")["curve"]
+    text = " ".join(readme.split())
+    first, last = curve[0], curve[-1]
+    assert (f"from {first['val_perplexity']:.0f} after {first['tokens_seen'] / 1e6:.1f}M tokens "
+            f"to {last['val_perplexity']:.0f} after {last['tokens_seen'] / 1e6:.1f}M") in text
