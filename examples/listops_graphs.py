@@ -20,7 +20,7 @@ Steps (each resumable: a finished step is read back, an interrupted one continue
    BiGRU ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform`` over ``--seeds``, with
    the trained classifiers saved (``--save-models``).
 
-Run (the recorded output, about N minutes on two cores)::
+Run (the recorded output: about an hour on one core, most of it the 30 transfer runs)::
 
     python examples/listops_graphs.py --run-dir runs/listops --output examples/outputs/listops_graphs.json
 
@@ -145,6 +145,23 @@ def transfer(args, paths, run_dir, output_dir):
         return json.load(handle)
 
 
+def save_models(args, output_dir, run_dir, test_path):
+    """Copies the seed-0 classifiers (without optimizer state: they are for evaluation), the
+    tokenizer and the test file to ``args.models_dir``."""
+    import keras
+
+    import glomo_tf  # noqa: F401  (registers the layers)
+
+    os.makedirs(args.models_dir, exist_ok=True)
+    for variant in args.variants:
+        model = keras.models.load_model(
+            os.path.join(output_dir, "models", f"{variant}-seed0.keras"), compile=False)
+        model.save(os.path.join(args.models_dir, f"{variant}-seed0.keras"))
+    shutil.copytree(os.path.join(run_dir, "tokenizer"),
+                    os.path.join(args.models_dir, "tokenizer"), dirs_exist_ok=True)
+    shutil.copy(test_path, os.path.join(args.models_dir, "test.tsv"))
+
+
 def evaluate(argv):
     """``evaluate --model M.keras --tokenizer DIR --file F``: a saved classifier's accuracy on a
     ListOps file in the original format."""
@@ -194,12 +211,7 @@ def main(argv=None):
         transferred = transfer(args, paths, run_dir, output_dir)
         results["transfer"] = {"summary": transferred["summary"], "runs": transferred["runs"]}
         if args.models_dir:
-            os.makedirs(args.models_dir, exist_ok=True)
-            for variant in args.variants:
-                shutil.copy(os.path.join(output_dir, "models", f"{variant}-seed0.keras"),
-                            args.models_dir)
-            shutil.copytree(os.path.join(run_dir, "tokenizer"),
-                            os.path.join(args.models_dir, "tokenizer"), dirs_exist_ok=True)
+            save_models(args, output_dir, run_dir, paths["test.tsv"])
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:

@@ -71,6 +71,7 @@ def test_example_tiny_run_end_to_end_and_evaluate(example, tmp_path, capsys):
     assert np.asarray(agreement["per_head"]).shape == (2, 4)  # 2 layers x 4 heads
     assert agreement["unknown_units"] == 0
     assert [r["variant"] for r in recorded["transfer"]["runs"]] == ["baseline", "glomo_rnn"]
+    assert (models / "test.tsv").is_file() and (models / "baseline-seed0.keras").is_file()
     # evaluate: a saved classifier on a file of one's own, bare digits included.
     own = tmp_path / "own.tsv"
     examples = generate_listops(9, seed=7, max_depth=3, max_length=20)

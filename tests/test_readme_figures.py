@@ -711,7 +711,10 @@ PAY_PAIRS = (("paired", "glomo_rnn"), ("paired_with_uniform", "glomo_rnn"),
 
 def paired_text(p):
     """``+1.23 (7 / 3, p 0.04)``: mean difference in points, wins / losses, two-sided p."""
-    pvalue = "n/a" if p["p"] is None else f"{p['p']:.2f}"
+    if p["p"] is None:
+        pvalue = "n/a"
+    else:
+        pvalue = f"{p['p']:.2f}" if p["p"] >= 0.01 else f"{p['p']:.0e}"
     return f"{100 * p['mean_difference']:+.2f} ({p['wins']} / {p['losses']}, p {pvalue})"
 
 
@@ -738,10 +741,34 @@ def pay_row(task, summary, metric=None):
     return f"| {task} | {seeds} | " + " | ".join(cells) + " |"
 
 
-def listops_agreement_row(agreement):
+def top_k_row(task, main_summary_runs, top_k_file, k):
+    """A row of the same table for ``glomo_rnn --top-k K`` (run apart, same seeds and splits),
+    paired with the main run's baseline and uniform graph."""
+    from glomo_tf import evaluation
+
+    top = evaluation.per_seed_accuracy(load(top_k_file)["runs"], "glomo_rnn")
+    accuracy = evaluation.accuracy_summary(list(top.values()))
+    cells = [f"{100 * accuracy['mean']:.2f} ± {100 * accuracy['std']:.2f}"]
+    for reference in ("baseline", "uniform"):
+        p = evaluation.paired_comparison(
+            top, evaluation.per_seed_accuracy(main_summary_runs, reference))
+        cells.append(paired_text(p))
+    return (f"| {task}, `glomo_rnn --top-k {k}` | {accuracy['seeds']} | - | - | - | "
+            + " | ".join(cells) + " | - |")
+
+
+def evaluation_paired_top_k(listops):
+    from glomo_tf import evaluation
+
+    return evaluation.paired_comparison(
+        evaluation.per_seed_accuracy(load("listops_top2_results.json")["runs"], "glomo_rnn"),
+        evaluation.per_seed_accuracy(listops["transfer"]["runs"], "baseline"))
+
+
+def listops_agreement_row(label, agreement):
     best, averaged = agreement["best_head"], agreement["best_heads_averaged"]
     offset = agreement["best_offset"]
-    return (f"| {agreement['units']:,} | {best['share']:.3f} (layer {best['layer']}, head "
+    return (f"| {label} | {agreement['units']:,} | {best['share']:.3f} (layer {best['layer']}, head "
             f"{best['head']}) | {averaged['share']:.3f} (layer {averaged['layer']}) | "
             f"{offset['share']:.3f} (t - {offset['offset']}) | {agreement['chance']:.3f} |")
 
@@ -766,13 +793,87 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
     listops = load("listops_graphs.json")
     rows = [pay_row("ListOps", listops["transfer"]["summary"]),
             pay_row("SICK", load("sick_results.json")["summary"]),
-            listops_agreement_row(listops["agreement"]),
+            listops_agreement_row("the paper's form", listops["agreement"]),
+            listops_agreement_row("`projected` + `entmax15`",
+                                  load("listops_graphs_projected_entmax15.json")["agreement"]),
+            top_k_row("ListOps", listops["transfer"]["runs"], "listops_top2_results.json", 2),
             books_row("`gru` (the paper), bfloat16", "books_gru_curve.json",
                       "books_mr_stats_gru.json")]
     for row in rows:
         assert row in readme, f"README lacks: {row}"
+    stats = load("books_mr_stats_gru.json")["uniform"]["forward"][0]
+    uniform = (f"| uniform graph | - | - | {stats['entropy']:.2f} (every graph) | 100% | "
+               f"{stats['sources']:.1f} | {stats['adjacent']:.2f} |")
+    assert uniform in readme, f"README lacks: {uniform}"
     curve = load("books_gru_curve.json")["curve"]
     text = " ".join(readme.split())
     first, last = curve[0], curve[-1]
-    assert (f"from {first['val_perplexity']:.0f} after {first['tokens_seen'] / 1e6:.1f}M tokens "
-            f"to {last['val_perplexity']:.0f} after {last['tokens_seen'] / 1e6:.1f}M") in text
+    rates = [row["tokens_per_s"] for row in curve]
+    unk = (load("books_mr_stats_gru.json")["predictor"]["unk_share"],
+           load("wikitext2_mr_stats_gru.json")["predictor"]["unk_share"])
+    pretraining = listops["pretraining"]
+    summary = listops["transfer"]["summary"]["paired"]
+    seed0 = next(r["accuracy"] for r in listops["transfer"]["runs"]
+                 if r["seed"] == 0 and r["variant"] == "glomo_rnn")
+
+    def wins(p):
+        pvalue = f"{p['p']:.2f}" if p["p"] >= 0.01 else f"{p['p']:.0e}"
+        return f"{p['wins']} / {p['losses']}, p {pvalue}"
+
+    for figure in [
+            f"from {first['val_perplexity']:.0f} after {first['tokens_seen'] / 1e6:.1f}M tokens "
+            f"to {last['val_perplexity']:.0f} after {last['tokens_seen'] / 1e6:.1f}M",
+            f"Twelve epochs on one core at {min(rates):,.0f}-{max(rates):,.0f} tokens/s",
+            f"MR meets {100 * unk[0]:.1f}% `<unk>` units here against {100 * unk[1]:.1f}%",
+            f"4 epochs ({pretraining['steps']:,} steps, {pretraining['wall_time_s']:.0f} s; "
+            f"validation perplexity {pretraining['val_perplexity']:.1f}",
+            f"costs {-100 * summary['uniform']['mean_difference']:.2f} points against the plain "
+            f"BiGRU ({wins(summary['uniform'])})",
+            f"add {100 * summary['glomo_rnn']['mean_difference']:.2f} points over the baseline "
+            f"({wins(summary['glomo_rnn'])})",
+            f"it prints the seed-0 run's accuracy: {seed0}"]:
+        assert figure in text, f"README lacks: {figure}"
+    assert len(curve) == 12  # "Twelve epochs"
+    top2 = evaluation_paired_top_k(listops)
+    assert top2["p"] < 0.05 <= listops["transfer"]["summary"]["paired"]["glomo_rnn"]["p"]
+    assert "is the one setting above the baseline at p < 0.05" in text
+    released = load("ordered_memory_listops_released.json")["models"]
+    assert (f"reaches {100 * released['ordered_memory']['test_accuracy']:.1f}% with its released "
+            f"recipe, and an LSTM {100 * released['lstm']['test_accuracy']:.1f}%") in text
+    sharp = load("listops_graphs_projected_entmax15.json")["agreement"]
+    assert sharp["best_head"]["layer"] == 1 and sharp["best_head"]["share"] > max(
+        listops["agreement"]["best_head"]["share"], listops["agreement"]["best_offset"]["share"])
+    assert (f"the best single head, {sharp['best_head']['share']:.3f} in layer 1, but its heads "
+            f"disagree (averaged {sharp['best_heads_averaged']['share']:.3f})") in text
+    sick = load("sick_results.json")
+    seconds = [r["seconds"] for r in sick["runs"]]
+    stats = load("books_sick_stats_gru.json")
+    graphs = [row for name in ("forward", "backward") for row in stats["predictor"][name]]
+    uniform = stats["uniform"]["forward"][0]
+    entropy = sum(g["entropy"] for g in graphs) / len(graphs) / uniform["entropy"]
+    for figure in [
+            f"{sick['summary']['variants']['baseline']['seeds']} seeds, {min(seconds):.0f}-"
+            f"{max(seconds):.0f} s a run on one core",
+            f"{100 * entropy:.0f}% of the uniform graph's row entropy, "
+            f"{sum(g['sources'] for g in graphs) / len(graphs):.1f} sources per row against "
+            f"{uniform['sources']:.1f}"]:
+        assert figure in text, f"README lacks: {figure}"
+
+
+def test_the_committed_listops_classifier_reproduces_its_recorded_accuracy():
+    """``examples/listops_graphs.py evaluate`` on the committed seed-0 glomo_rnn classifier and
+    test file gives the accuracy its run recorded."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "listops_graphs", os.path.join(REPO, "examples", "listops_graphs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    models = os.path.join(OUTPUTS, "listops_models")
+    scored = module.main(["evaluate", "--model", os.path.join(models, "glomo_rnn-seed0.keras"),
+                          "--tokenizer", os.path.join(models, "tokenizer"),
+                          "--file", os.path.join(models, "test.tsv")])
+    recorded = next(r for r in load("listops_graphs.json")["transfer"]["runs"]
+                    if r["seed"] == 0 and r["variant"] == "glomo_rnn")
+    assert scored["examples"] == recorded["test_examples"]
+    assert scored["accuracy"] == pytest.approx(recorded["accuracy"], abs=1e-4)
