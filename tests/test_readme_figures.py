@@ -847,6 +847,11 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"disagree (averaged {sharp['best_heads_averaged']['share']:.3f})") in text
     sick = load("sick_results.json")
     seconds = [r["seconds"] for r in sick["runs"]]
+    paired = sick["summary"]
+    assert (paired["paired_with_uniform"]["glomo_rnn"]["p"] < 0.05
+            <= paired["paired"]["glomo_rnn"]["p"])
+    assert ("above the uniform graph at p < 0.05 and above the baseline on most seeds without "
+            "reaching it") in text
     stats = load("books_sick_stats_gru.json")
     graphs = [row for name in ("forward", "backward") for row in stats["predictor"][name]]
     uniform = stats["uniform"]["forward"][0]
