@@ -390,14 +390,8 @@ def _run_transfer(config, record):
         return cache
 
     split_description = describe_split(config, official)
-    print(f"{config.dataset}: {len(texts)} examples, classes {class_names}; variants "
-          f"{' '.join(config.variants)}; seeds {' '.join(map(str, config.seeds))}; "
-          f"{split_description}")
-    if runs:
-        print(f"Resuming: {len(runs)} run(s) kept from "
-              f"{os.path.join(config.output_dir, 'results.json')}")
-    training = dict(learning_rate=config.learning_rate, patience=config.patience,
-                    epochs=config.epochs, batch_size=config.batch_size, verbose=config.verbose)
+    training = _announce(config, f"{len(texts)} examples, classes {class_names}",
+                         split_description, runs)
     markdown = ""
     for seed in config.seeds:
         if official is not None and official["validation"] is not None:
@@ -458,6 +452,18 @@ def _run_transfer(config, record):
         markdown = write_results(config.output_dir, saved_config, runs, saved_config["variants"],
                                  split_description)
     return markdown
+
+
+def _announce(config, data, split_description, runs):
+    """Prints what a comparison runs (and what a resumed one keeps); returns the training
+    settings of :func:`train_and_evaluate`."""
+    print(f"{config.dataset}: {data}; variants {' '.join(config.variants)}; seeds "
+          f"{' '.join(map(str, config.seeds))}; {split_description}")
+    if runs:
+        print(f"Resuming: {len(runs)} run(s) kept from "
+              f"{os.path.join(config.output_dir, 'results.json')}")
+    return dict(learning_rate=config.learning_rate, patience=config.patience,
+                epochs=config.epochs, batch_size=config.batch_size, verbose=config.verbose)
 
 
 def _prepare_output(config, record, class_names):
@@ -601,14 +607,8 @@ def _run_pair_transfer(config, record):
     for name in ("validation", "test"):
         if getattr(task, name) is not None:
             sizes[name] = len(getattr(task, name).labels)
-    print(f"{config.dataset}: pairs {sizes}, classes {task.class_names}; variants "
-          f"{' '.join(config.variants)}; seeds {' '.join(map(str, config.seeds))}; "
-          f"{split_description}")
-    if runs:
-        print(f"Resuming: {len(runs)} run(s) kept from "
-              f"{os.path.join(config.output_dir, 'results.json')}")
-    training = dict(learning_rate=config.learning_rate, patience=config.patience,
-                    epochs=config.epochs, batch_size=config.batch_size, verbose=config.verbose)
+    training = _announce(config, f"pairs {sizes}, classes {task.class_names}",
+                         split_description, runs)
     markdown = ""
     for seed in config.seeds:
         if all((variant, seed, None) in done for variant in config.variants):

@@ -190,15 +190,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
     if variant in PREDICTOR_VARIANTS:
-        if not isinstance(graph_predictor, GraphPredictor):
-            raise ValueError(f"The {variant!r} variant needs a pretrained GraphPredictor "
-                             "(glomo_tf.load_graph_predictor(path)); got "
-                             f"{type(graph_predictor).__name__}.")
-        if graph_predictor.vocabulary_size != vocabulary_size:
-            raise ValueError(
-                f"vocabulary_size={vocabulary_size} differs from the graph predictor's "
-                f"{graph_predictor.vocabulary_size}: tokenize with the pretraining tokenizer and "
-                "pass its vocabulary_size, so both read the same ids.")
+        check_graph_predictor(variant, graph_predictor, vocabulary_size)
 
     def transfer(features, token_ids, graph_mode, layer_name):
         layer = GlomoTransfer(graph_predictor if graph_mode == "learned" else None,
@@ -246,6 +238,20 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     pooled = MaskedMeanMaxPooling(name="mean_max_pooling")([h, token_ids])
     return _classification_head(pooled, num_classes, dropout, token_ids,
                                 name or f"classifier_{variant}")
+
+
+def check_graph_predictor(variant, graph_predictor, vocabulary_size):
+    """Raises ``ValueError`` unless ``graph_predictor`` is a :class:`GraphPredictor` reading
+    ``vocabulary_size`` ids (what a variant that transfers learned graphs needs)."""
+    if not isinstance(graph_predictor, GraphPredictor):
+        raise ValueError(f"The {variant!r} variant needs a pretrained GraphPredictor "
+                         "(glomo_tf.load_graph_predictor(path)); got "
+                         f"{type(graph_predictor).__name__}.")
+    if graph_predictor.vocabulary_size != vocabulary_size:
+        raise ValueError(
+            f"vocabulary_size={vocabulary_size} differs from the graph predictor's "
+            f"{graph_predictor.vocabulary_size}: tokenize with the pretraining tokenizer and "
+            "pass its vocabulary_size, so both read the same ids.")
 
 
 def _classification_head(pooled, num_classes, dropout, token_ids, name):

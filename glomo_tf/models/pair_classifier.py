@@ -29,8 +29,8 @@ import keras
 import tensorflow as tf
 
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
-from glomo_tf.layers.graph_predictor import GraphPredictor
-from glomo_tf.models.classifier import MaskedMeanMaxPooling
+from glomo_tf.models.classifier import (PREDICTOR_VARIANTS, MaskedMeanMaxPooling,
+                                        check_graph_predictor)
 
 PAIR_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
 
@@ -99,16 +99,9 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                          f"got {variant!r}.")
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
-    if variant in ("glomo_embeddings", "glomo_rnn"):
-        if not isinstance(graph_predictor, GraphPredictor):
-            raise ValueError(f"The {variant!r} variant needs a pretrained GraphPredictor "
-                             "(glomo_tf.load_graph_predictor(path)); got "
-                             f"{type(graph_predictor).__name__}.")
-        if graph_predictor.vocabulary_size != vocabulary_size:
-            raise ValueError(
-                f"vocabulary_size={vocabulary_size} differs from the graph predictor's "
-                f"{graph_predictor.vocabulary_size}: tokenize with the pretraining tokenizer.")
-    learned = variant in ("glomo_embeddings", "glomo_rnn")
+    learned = variant in PREDICTOR_VARIANTS
+    if learned:
+        check_graph_predictor(variant, graph_predictor, vocabulary_size)
     transfer = None
     if variant != "baseline":
         transfer = GlomoTransfer(graph_predictor if learned else None, num_mixtures=num_mixtures,
