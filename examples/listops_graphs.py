@@ -10,8 +10,8 @@ Steps (each resumable: a finished step is read back, an interrupted one continue
    format (``label<TAB>expression``); the three sets are drawn with different seeds and test
    expressions seen in training are dropped.
 2. **Pretraining**: ``glomo pretrain``'s run (:func:`glomo_tf.pretraining.run_pretraining`) on the
-   unlabelled lines, the paper's form by default (``--composition``, ``--normalization`` for the
-   options).
+   unlabelled lines, the paper's form by default (``--composition``, ``--normalization``,
+   ``--entmax-alpha`` for the options).
 3. **Graphs against the gold trees**: the predictor's forward graphs on every test expression,
    scored by :func:`glomo_tf.data.listops.parent_agreement`: the share of units whose strongest
    source is their parent operator (each argument the ``[OP`` opening its list, each ``]`` its own
@@ -58,7 +58,9 @@ def parse_args(argv):
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--composition", default="gru", help="the paper's gru, or projected")
     parser.add_argument("--normalization", default="squared_relu",
-                        help="the paper's squared_relu, or softmax / entmax15 / ...")
+                        help="the paper's squared_relu, or softmax / entmax15 / entmax")
+    parser.add_argument("--entmax-alpha", type=float, default=1.5,
+                        help="alpha of --normalization entmax, in (1, 2]")
     parser.add_argument("--pretrain-epochs", type=int, default=3)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--variants", nargs="+",
@@ -103,6 +105,7 @@ def pretrain(args, paths, run_dir):
             window=64, shift=64, hidden_dim=args.hidden_dim, num_layers=args.layers,
             num_heads=args.heads, conv_layers=2, context_length=3, decoder_layers=1,
             num_positions=20, composition=args.composition, normalization=args.normalization,
+            entmax_alpha=args.entmax_alpha,
             optimizer="adam", learning_rate=0.002, clipnorm=1.0, batch_size=32,
             epochs=args.pretrain_epochs, precision=args.precision, seed=0,
             verbose=args.verbose))
@@ -198,6 +201,8 @@ def main(argv=None):
     started = time.perf_counter()
     paths = make_data(args, os.path.join(args.run_dir, "data"))
     form = f"{args.composition}_{args.normalization}"
+    if args.normalization == "entmax":
+        form += f"{args.entmax_alpha:g}"
     run_dir = os.path.join(args.run_dir, f"pretrain_{form}")
     results = {"command": "python examples/listops_graphs.py " + " ".join(argv),
                "config": {k: v for k, v in vars(args).items()

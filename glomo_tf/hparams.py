@@ -10,7 +10,9 @@ DIRECTIONS = ("forward", "backward")
 
 # GraphPredictor: how a query's scores are thresholded and normalised into a graph row (Eq. 1).
 THRESHOLDS = ("query", "scalar")
-NORMALIZATIONS = ("squared_relu", "softmax", "entmax15")
+NORMALIZATIONS = ("squared_relu", "softmax", "entmax15", "entmax")
+# alpha-entmax ("entmax"): 1 is softmax, 1.5 entmax15, 2 sparsemax; in between, sparser as it grows.
+ENTMAX_ALPHA_RANGE = (1.0, 2.0)
 # FeaturePredictor: how the mixed message ``m`` is composed with the features (Eq. 2).
 COMPOSITIONS = ("gru", "residual", "projected")
 # GlomoPretrainer: what the decoders predict.
@@ -20,8 +22,9 @@ OBJECTIVES = ("unit", "sentence")
 # none in the layer (it is the one size a user must choose), 256 for the pretraining command.
 GRAPH_PREDICTOR = dict(
     hidden_dim=256, num_layers=3, num_heads=8, head_dim=None, conv_layers=4, kernel_size=3,
-    threshold="query", normalization="squared_relu", coupled=False, composition="gru",
-    dropout=0.0, initial_threshold=-1.0, live_row_weight=0.0, live_row_margin=0.1)
+    threshold="query", normalization="squared_relu", entmax_alpha=1.5, coupled=False,
+    composition="gru", dropout=0.0, initial_threshold=-1.0, live_row_weight=0.0,
+    live_row_margin=0.1)
 # GlomoPretrainer's own defaults (the decoders and the objective).
 PRETRAINER = dict(context_length=3, decoder_layers=2, num_positions=20, objective="unit")
 
@@ -63,7 +66,7 @@ MASK_TYPES = ("A", "B")
 # GraphPredictor2D's defaults (the 1-D predictor's where they mean the same thing).
 GRAPH_PREDICTOR_2D = dict(
     hidden_dim=64, num_layers=3, num_heads=8, head_dim=None, conv_layers=4, kernel_size=3,
-    threshold="query", normalization="squared_relu", initial_threshold=-1.0,
+    threshold="query", normalization="squared_relu", entmax_alpha=1.5, initial_threshold=-1.0,
     live_row_weight=0.0, live_row_margin=0.1)
 # GlomoPretrainer2D's own defaults: the paper's 3x3 window of which the mask leaves the 2x2
 # bottom-right quarter to predict, 256 pixel levels, 20 sampled pixels per step.

@@ -47,7 +47,7 @@ def admissible_sources(padding_mask, length=None):
 
 
 def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1e-16,
-                     threshold=None):
+                     threshold=None, entmax_alpha=1.5):
     """Eq. 1: turn raw scores into row-stochastic graphs over the admissible sources.
 
     Args:
@@ -57,11 +57,14 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
         normalization: ``"squared_relu"`` (the paper: ``relu(x)^2 / sum relu(x')^2``),
             ``"softmax"`` (the ``-sparse`` ablation) or ``"entmax15"`` (:func:`entmax15`: the
             same squared-ReLU form with the threshold solved per row, so no row is ever empty;
-            ``threshold``, a per-row shift, changes nothing then).
+            ``threshold``, a per-row shift, changes nothing then), or ``"entmax"``
+            (:func:`entmax_bisect` with ``entmax_alpha``: sparsity between softmax and
+            ``entmax15`` for an alpha in (1, 1.5), beyond it up to sparsemax at 2).
         epsilon: added to the row sum so rows with no positive admissible score become all zero.
         threshold: optional ``b``, broadcastable to ``scores``, subtracted from them. Passing it
             here (rather than subtracting it first) is faster when it is small, like the
             admissible mask: both are folded into one additive term of their broadcast shape.
+        entmax_alpha: alpha of ``"entmax"``, in (1, 2]; ignored by the other normalisations.
 
     Returns:
         Graphs of the same shape and dtype as ``scores``; every row sums to 1 or is all zero.
@@ -80,6 +83,8 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
         weights = tf.square(tf.nn.relu(scores + offset))
     elif normalization == "entmax15":
         return tf.cast(entmax15(scores, admissible), out_dtype)
+    elif normalization == "entmax":
+        return tf.cast(entmax_bisect(scores, admissible, entmax_alpha), out_dtype)
     elif normalization == "softmax":
         if threshold is not None:
             scores = scores - threshold
@@ -92,13 +97,14 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
 
 
 def fused_normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1e-16,
-                           threshold=None):
+                           threshold=None, entmax_alpha=1.5):
     """:func:`normalize_scores` as one XLA cluster, for a training step that is not compiled as
     a whole (the ``mixed_bfloat16`` step on a CPU, see :mod:`glomo_tf.precision`): its casts,
     shift, ReLU, square, row sums and division over the ``[..., T, T]`` scores become a few fused
     passes, forward and backward, instead of one pass per op. The same values as
     :func:`normalize_scores` up to float round-off; inside an XLA-compiled step it is inlined."""
-    return _normalize_cluster(scores, admissible, normalization, epsilon, threshold)
+    return _normalize_cluster(scores, admissible, normalization, epsilon, threshold,
+                              entmax_alpha)
 
 
 _normalize_cluster = tf.function(normalize_scores, jit_compile=True, reduce_retracing=True)
@@ -140,6 +146,74 @@ def entmax15(scores, admissible):
     tau = mean - tf.sqrt(tf.maximum(delta, 1e-12))
     weights = tf.square(tf.nn.relu(z - tau))
     return tf.where(admissible, weights, 0.0)
+
+
+def check_entmax_alpha(alpha):
+    """``alpha`` as a float; ``ValueError`` unless it lies in (1, 2] (1 is softmax: use
+    ``"softmax"``; above 2 the rows are sparser than sparsemax's and rarely wanted)."""
+    low, high = hparams.ENTMAX_ALPHA_RANGE
+    alpha = float(alpha)
+    if not low < alpha <= high:
+        raise ValueError(f"entmax_alpha must be in ({low:g}, {high:g}], got {alpha:g}; "
+                         "alpha 1 is softmax (normalization='softmax').")
+    return alpha
+
+
+def entmax_bisect(scores, admissible, alpha=1.5, iterations=30):
+    """alpha-entmax over the admissible entries of each row: ``relu((alpha - 1) x - tau)^(1 /
+    (alpha - 1))``, with ``tau`` the row's threshold that makes the weights sum to 1.
+
+    Alpha 1.5 is :func:`entmax15` (whose closed form is faster), alpha 2 sparsemax, and alpha
+    towards 1 approaches softmax: in between, a row keeps more sources than entmax15 and still
+    gives exactly zero to those far below its best (Peters, Niculae & Martins, ACL 2019; the
+    bisection of Blondel, Martins & Niculae, AISTATS 2019). ``tau`` lies between ``m - 1`` (the
+    best entry alone reaches 1) and ``m - n^(1 - alpha)`` (all ``n`` entries at the maximum
+    ``m`` of ``(alpha - 1) x``); ``iterations`` halvings narrow it to ``2^-iterations``, and the
+    weights are then divided by their sum. The gradient is the exact Jacobian of the solved
+    weights, ``diag(s) - s s^T / sum(s)`` with ``s = p^(2 - alpha)`` on the support (a custom
+    gradient: the bisection's comparisons have none).
+
+    Args:
+        scores: float32 ``[..., T, S]``.
+        admissible: float mask broadcastable to ``scores``; rows without an admissible entry
+            come out all zero.
+        alpha: float in (1, 2].
+
+    Returns:
+        ``[..., T, S]`` float32 weights; rows sum to 1 (or 0).
+    """
+    alpha = check_entmax_alpha(alpha)
+    power = 1.0 / (alpha - 1.0)
+    mask = tf.broadcast_to(admissible > 0, tf.shape(scores))
+
+    @tf.custom_gradient
+    def solve(x):
+        z = tf.where(mask, x * (alpha - 1.0), float("-inf"))
+        row_max = tf.reduce_max(z, axis=-1, keepdims=True)
+        row_max = tf.where(tf.math.is_finite(row_max), row_max, 0.0)
+        count = tf.maximum(tf.reduce_sum(tf.cast(mask, z.dtype), axis=-1, keepdims=True), 1.0)
+        low = row_max - 1.0
+        high = row_max - tf.pow(count, 1.0 - alpha)
+        for _ in range(iterations):
+            middle = (low + high) / 2.0
+            total = tf.reduce_sum(tf.pow(tf.nn.relu(z - middle), power), axis=-1, keepdims=True)
+            # The sum falls as tau grows: keep low where the weights still reach 1.
+            above = total >= 1.0
+            low = tf.where(above, middle, low)
+            high = tf.where(above, high, middle)
+        weights = tf.pow(tf.nn.relu(z - low), power)
+        weights = weights / tf.maximum(tf.reduce_sum(weights, axis=-1, keepdims=True), 1e-30)
+
+        def gradient(upstream):
+            support = tf.where(weights > 0, tf.pow(weights, 2.0 - alpha), 0.0)
+            weighted = upstream * support
+            shift = tf.reduce_sum(weighted, axis=-1, keepdims=True) / tf.maximum(
+                tf.reduce_sum(support, axis=-1, keepdims=True), 1e-30)
+            return weighted - shift * support
+
+        return weights, gradient
+
+    return solve(tf.convert_to_tensor(scores, tf.float32))
 
 
 def _entmax15_support(z):

@@ -74,6 +74,7 @@ class PretrainingConfig:
     kernel_size: int = _MODEL["kernel_size"]
     threshold: str = _MODEL["threshold"]
     normalization: str = _MODEL["normalization"]
+    entmax_alpha: float = _MODEL["entmax_alpha"]
     coupled: bool = _MODEL["coupled"]
     composition: str = _MODEL["composition"]
     context_length: int = _MODEL["context_length"]
@@ -125,6 +126,10 @@ class PretrainingConfig:
             c.batch_size = 32
         if c.learning_rate is None:
             c.learning_rate = 1.0 if c.optimizer == "sgd" else 1e-3
+        low, high = hparams.ENTMAX_ALPHA_RANGE
+        if not low < c.entmax_alpha <= high:
+            raise ValueError(f"--entmax-alpha must be in ({low:g}, {high:g}], got "
+                             f"{c.entmax_alpha:g}; alpha 1 is --normalization softmax.")
         if c.live_row_weight < 0 or c.live_row_margin < 0:
             raise ValueError("--live-row-weight and --live-row-margin must be >= 0.")
         if c.window <= c.context_length:
@@ -170,6 +175,8 @@ def check_resumable(saved, current):
         saved = dict(saved)
         saved["precision"] = "mixed_bfloat16" if saved.pop("mixed_precision", False) \
             else "float32"
+    if "entmax_alpha" not in saved:  # a run directory written before --entmax-alpha
+        saved = dict(saved, entmax_alpha=_MODEL["entmax_alpha"])
     refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
                             "Resume with the same settings, or start a new run with another "
                             "--output-dir.", paths=("train", "validation", "vocab"))

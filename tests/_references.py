@@ -18,3 +18,22 @@ def np_entmax15(row, iterations=200):
         else:
             high = tau
     return np.maximum(half - low, 0.0) ** 2
+
+
+def np_entmax(row, alpha):
+    """alpha-entmax of one row, its threshold found by Brent's root finder (scipy), in float64.
+
+    ``p_i = max((alpha - 1) x_i - tau, 0)^(1 / (alpha - 1))`` with ``sum p = 1``; entries of
+    ``-inf`` get 0.
+    """
+    from scipy.optimize import brentq
+
+    z = (alpha - 1.0) * np.asarray(row, np.float64)
+    ok = np.isfinite(z)
+
+    def weights(tau):
+        return np.where(ok, np.maximum(np.where(ok, z, 0.0) - tau, 0.0), 0.0) ** (1 / (alpha - 1))
+
+    top = z[ok].max()
+    tau = brentq(lambda t: weights(t).sum() - 1.0, top - 1.0, top, xtol=1e-14, rtol=1e-14)
+    return weights(tau)

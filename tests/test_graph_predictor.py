@@ -36,7 +36,7 @@ def randomize(layer, rng):
         layer.bn_var[i].assign(rng.uniform(0.5, 2.0, shape).astype("float32"))
     layer.query_bias.assign(rng.normal(0, 0.3, layer.query_bias.shape).astype("float32"))
     layer.key_bias.assign(rng.normal(0, 0.3, layer.key_bias.shape).astype("float32"))
-    if layer.normalization == "entmax15":
+    if layer.normalization in ("entmax15", "entmax"):
         return  # no threshold weights: entmax solves each row's threshold
     layer.threshold_bias.assign(rng.normal(0, 0.3, layer.threshold_bias.shape).astype("float32"))
     if layer.threshold == "query":
@@ -460,6 +460,28 @@ def test_entmax15_predictor_solves_thresholds(coupled, rng):
     has_source = np.isclose(sums, 1.0, atol=1e-5)
     assert np.all(has_source | (sums == 0.0)) and has_source.sum() > 20
     assert (graphs == 0.0).sum() > graphs.size // 2  # sparse, beyond the masks
+
+
+def test_entmax_alpha_predictor_sits_between_softmax_and_entmax15(rng):
+    """normalization="entmax" with alpha 1.25: no threshold weights, rows sum to one, more
+    sources per row than entmax15's and fewer than softmax's on the same weights; the alpha
+    survives get_config, and an alpha outside (1, 2] is refused when the layer is made."""
+    def sources(normalization, **kwargs):
+        layer = built_predictor(np.random.default_rng(7), normalization=normalization, **kwargs)
+        for kernel in (layer.query_kernel, layer.key_kernel):  # scores wide enough to cut sources
+            kernel.assign(kernel * 20.0)
+        graphs = layer(IDS, training=False)["graphs"].numpy()
+        return layer, graphs, np.count_nonzero(graphs)
+
+    layer, graphs, kept = sources("entmax", entmax_alpha=1.25)
+    assert not [w.name for w in layer.weights if "threshold" in w.name]
+    sums = graphs.sum(-1)
+    assert np.all(np.isclose(sums, 1.0, atol=1e-5) | (sums == 0.0))
+    assert sources("entmax15")[2] < kept < sources("softmax")[2]
+    config = layer.get_config()
+    assert config["normalization"] == "entmax" and config["entmax_alpha"] == 1.25
+    with pytest.raises(ValueError, match=r"entmax_alpha must be in \(1, 2\]"):
+        make_predictor(normalization="entmax", entmax_alpha=0.5)
 
 
 def test_live_row_loss_revives_graphs_that_a_high_threshold_killed(rng):

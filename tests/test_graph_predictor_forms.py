@@ -60,6 +60,7 @@ def test_inference_cnn_form_matches_the_training_form(kwargs, rng):
     ("scalar", "squared_relu", 0.5),
     ("query", "softmax", 0.0),
     ("scalar", "entmax15", 0.0),
+    ("query", "entmax", 0.0),
 ])
 def test_coupled_eq1_form_matches_the_batched_form(threshold, normalization, live_row_weight,
                                                    rng):
@@ -94,6 +95,7 @@ def test_batch_norm_affine_is_batch_normalisation(rng):
     (dict(threshold="scalar", num_layers=3), True),
     (dict(normalization="softmax"), False),
     (dict(normalization="entmax15", num_layers=1), True),
+    (dict(normalization="entmax", entmax_alpha=1.25), True),
     (dict(live_row_weight=0.5), True),  # the hinge needs every row: the full graphs, cut
 ])
 def test_graphs_with_top_rows_are_calls_graphs_cut_to_the_rows(kwargs, training, rng):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _references import np_entmax15
+from _references import np_entmax, np_entmax15
 from glomo_tf import ops
 
 
@@ -168,6 +168,80 @@ def test_entmax15_gradient_is_the_solved_thresholds_jacobian(rng):
         expected[i] = s * upstream[i] - s * (s @ upstream[i]) / s.sum()
     np.testing.assert_allclose(got, expected, atol=2e-5)
     assert np.abs(expected).max() > 0.05  # not vacuous
+
+
+@pytest.mark.parametrize("alpha", [1.1, 1.25, 1.5, 1.75, 2.0])
+def test_entmax_bisect_matches_a_root_finder(alpha, rng):
+    scores = rng.normal(scale=3.0, size=(2, 3, 9)).astype(np.float32)
+    admissible = (rng.random((2, 3, 9)) < 0.7).astype(np.float32)
+    admissible[0, 1] = 0.0  # a row without sources
+    got = ops.normalize_scores(tf.constant(scores), tf.constant(admissible), "entmax",
+                               entmax_alpha=alpha).numpy()
+    for idx in np.ndindex(scores.shape[:-1]):
+        ok = admissible[idx] > 0
+        if not ok.any():
+            np.testing.assert_array_equal(got[idx], 0.0)
+            continue
+        expected = np_entmax(np.where(ok, scores[idx], -np.inf), alpha)
+        np.testing.assert_allclose(got[idx], expected, atol=2e-5)
+        assert np.all(got[idx][~ok] == 0.0)
+        np.testing.assert_allclose(got[idx].sum(), 1.0, rtol=1e-5)
+
+
+def test_entmax_alpha_orders_sparsity_between_softmax_and_sparsemax(rng):
+    """alpha 1.5 is the closed-form entmax15; alpha 2 is sparsemax (the Euclidean projection onto
+    the simplex, from its sort formula); sources kept fall as alpha grows, softmax keeping all."""
+    scores = rng.normal(scale=2.0, size=(6, 12)).astype(np.float32)
+    ones = tf.ones((6, 12))
+    x = tf.constant(scores)
+    np.testing.assert_allclose(ops.normalize_scores(x, ones, "entmax", entmax_alpha=1.5),
+                               ops.normalize_scores(x, ones, "entmax15"), atol=2e-6)
+    ordered = -np.sort(-scores, axis=-1)
+    k = np.arange(1, 13)
+    support = (1 + k * ordered > np.cumsum(ordered, axis=-1)).sum(axis=-1, keepdims=True)
+    tau = (np.take_along_axis(np.cumsum(ordered, axis=-1), support - 1, -1) - 1) / support
+    sparsemax = np.maximum(scores - tau, 0.0)
+    np.testing.assert_allclose(ops.normalize_scores(x, ones, "entmax", entmax_alpha=2.0),
+                               sparsemax, atol=2e-6)
+    kept = [np.count_nonzero(ops.normalize_scores(x, ones, "entmax", entmax_alpha=a).numpy())
+            for a in (1.05, 1.25, 1.5, 2.0)]
+    assert kept[0] > kept[1] > kept[2] > kept[3]
+
+
+def test_entmax_bisect_gradient_is_the_solved_weights_jacobian(rng):
+    """d p / d x of alpha-entmax: with s = p^(2 - alpha), grad_x = s * g - s * (s . g) / sum(s);
+    checked against the root finder's weights and central finite differences of them."""
+    alpha = 1.25
+    scores = rng.normal(scale=2.0, size=(3, 6)).astype(np.float64)
+    admissible = np.ones((3, 6), np.float32)
+    admissible[2, :2] = 0.0
+    upstream = rng.normal(size=(3, 6))
+    x = tf.constant(scores, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        p = ops.fused_normalize_scores(x, tf.constant(admissible), "entmax", entmax_alpha=alpha)
+        loss = tf.reduce_sum(p * tf.constant(upstream, tf.float32))
+    got = tape.gradient(loss, x).numpy()
+    expected = np.zeros_like(scores)
+    step = 1e-5
+    for i in range(3):
+        ok = admissible[i] > 0
+        row = np.where(ok, scores[i], -np.inf)
+        for j in np.flatnonzero(ok):
+            plus, minus = row.copy(), row.copy()
+            plus[j] += step
+            minus[j] -= step
+            expected[i, j] = (np_entmax(plus, alpha) - np_entmax(minus, alpha)) @ upstream[i] / (
+                2 * step)
+    np.testing.assert_allclose(got, expected, atol=1e-3)
+    assert np.abs(expected).max() > 0.05  # not vacuous
+
+
+def test_entmax_alpha_out_of_range_is_refused():
+    with pytest.raises(ValueError, match=r"entmax_alpha must be in \(1, 2\], got 1"):
+        ops.normalize_scores(tf.ones((1, 2)), tf.ones((1, 2)), "entmax", entmax_alpha=1.0)
+    with pytest.raises(ValueError, match="entmax_alpha must be in"):
+        ops.entmax_bisect(tf.ones((1, 2)), tf.ones((1, 2)), alpha=2.5)
 
 
 def test_softmax_is_stable_for_large_scores():

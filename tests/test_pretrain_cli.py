@@ -134,6 +134,8 @@ def test_inconsistent_settings(tmp_path, corpus, capsys, argv, fragment):
     (["--batch-size", "-8"], "--batch-size must be at least 1, got -8"),
     (["--validation-fraction", "1.5"], "--validation-fraction must be in [0, 1), got 1.5"),
     (["--learning-rate", "0"], "--learning-rate must be > 0"),
+    (["--normalization", "entmax", "--entmax-alpha", "1"],
+     "--entmax-alpha must be in (1, 2], got 1; alpha 1 is --normalization softmax"),
 ])
 def test_out_of_range_flags_are_refused_before_the_corpus_is_read(tmp_path, capsys, argv,
                                                                   fragment):
@@ -289,6 +291,30 @@ def test_resuming_with_other_settings_is_refused(finished_run, capsys):
     argv[argv.index("--hidden-dim") + 1] = "16"
     line = expect_usage_error(capsys, argv, "other settings", "hidden_dim: 8 -> 16")
     assert "--output-dir" in line
+
+
+def test_an_entmax_alpha_run_trains_and_its_predictor_keeps_the_alpha(tmp_path, corpus):
+    run = str(tmp_path / "run")
+    assert glomo_pretrain("--train", corpus, *TINY, "--normalization", "entmax",
+                          "--entmax-alpha", "1.25", "--epochs", "1", "--steps-per-epoch", "2",
+                          "--verbose", "0", "--output-dir", run) == 0
+    config = json.loads(open(os.path.join(run, "config.json")).read())
+    assert (config["normalization"], config["entmax_alpha"]) == ("entmax", 1.25)
+    predictor = load_graph_predictor(os.path.join(run, "graph_predictor.keras"))
+    assert (predictor.normalization, predictor.entmax_alpha) == ("entmax", 1.25)
+    ids = np.array([[3, 4, 5, 6, 7, 0]], np.int32)
+    sums = predictor(ids)["graphs"].numpy().sum(-1)[0, :, :, :, 1:5]  # real rows with sources
+    np.testing.assert_allclose(sums[0], 1.0, atol=1e-5)  # forward rows 1..4
+    np.testing.assert_allclose(sums[1][..., :3], 1.0, atol=1e-5)  # backward rows 1..3
+
+
+def test_run_directories_from_before_entmax_alpha_resume_at_its_default():
+    from glomo_tf import pretraining
+
+    current = {"entmax_alpha": 1.5, "epochs": 3}
+    pretraining.check_resumable({"epochs": 1}, current)
+    with pytest.raises(ValueError, match="entmax_alpha: 1.5 -> 1.25"):
+        pretraining.check_resumable({"epochs": 1}, dict(current, entmax_alpha=1.25))
 
 
 def test_rerunning_a_finished_run_trains_no_further(finished_run, capsys):

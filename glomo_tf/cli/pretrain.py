@@ -64,7 +64,11 @@ def register(subparsers):
     model.add_argument("--normalization", choices=hparams.NORMALIZATIONS,
                        default=D.normalization,
                        help="graph normalisation: squared_relu (Eq. 1, learned threshold), "
-                            "entmax15 (the same form, threshold solved per row) or softmax")
+                            "entmax15 (the same form, threshold solved per row), entmax "
+                            "(alpha-entmax, --entmax-alpha) or softmax")
+    model.add_argument("--entmax-alpha", type=float, default=D.entmax_alpha,
+                       help="alpha of --normalization entmax, in (1, 2]: towards 1 rows keep "
+                            "more sources (softmax at 1), 1.5 is entmax15, 2 sparsemax")
     model.add_argument("--coupled", action="store_true", help="the -decouple ablation")
     model.add_argument("--composition", choices=hparams.COMPOSITIONS, default=D.composition,
                        help="feature composition: gru (the reference code's), residual, or "

@@ -89,7 +89,11 @@ class GraphPredictor(keras.layers.Layer):
             demo-sized predictor recovers them in every head with it, and at most 0.78 (best
             head) with the learned threshold, whose rows stop learning once a source falls
             below it (``examples/planted_diagnostics.py capacity``). The threshold weights and
-            ``live_row_weight`` have no effect then.
+            ``live_row_weight`` have no effect then. ``"entmax"`` solves the threshold of
+            alpha-entmax with ``entmax_alpha`` (:func:`glomo_tf.ops.entmax_bisect`): alpha
+            between 1 and 1.5 gives rows between softmax's and entmax15's sparsity.
+        entmax_alpha: float in (1, 2], the alpha of ``normalization="entmax"`` (1.5 by
+            default, entmax15's; ignored by the other normalisations).
         coupled: bool. False (default) decouples graphs from features as in the paper. True
             expresses the ``-decouple`` ablation: one CNN per direction gives ``F^0``, the graphs of
             layer ``l`` are computed from the features ``F^{l-1}`` and the predictor composes the
@@ -152,6 +156,7 @@ class GraphPredictor(keras.layers.Layer):
         kernel_size=3,
         threshold="query",
         normalization="squared_relu",
+        entmax_alpha=1.5,
         coupled=False,
         composition="gru",
         dropout=0.0,
@@ -177,6 +182,7 @@ class GraphPredictor(keras.layers.Layer):
         if normalization not in NORMALIZATIONS:
             raise ValueError(
                 f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
+        entmax_alpha = ops.check_entmax_alpha(entmax_alpha)
         if coupled:
             hparams.check_heads_divide(hidden_dim, num_heads,
                                        what="a coupled predictor's feature composition")
@@ -195,6 +201,7 @@ class GraphPredictor(keras.layers.Layer):
         self.kernel_size = int(kernel_size)
         self.threshold = threshold
         self.normalization = normalization
+        self.entmax_alpha = entmax_alpha
         self.coupled = bool(coupled)
         self.composition = composition
         self.dropout = float(dropout)
@@ -203,9 +210,9 @@ class GraphPredictor(keras.layers.Layer):
         self.initial_threshold = float(initial_threshold)
         self.live_row_weight = float(live_row_weight)
         self.live_row_margin = float(live_row_margin)
-        # entmax15 solves each row's threshold: no threshold weights. Only squared-ReLU rows can
+        # entmax solves each row's threshold: no threshold weights. Only squared-ReLU rows can
         # die, so only they get the live-row hinge.
-        self._learned_threshold = normalization != "entmax15"
+        self._learned_threshold = normalization not in ("entmax15", "entmax")
         self._live_row_hinge = self.live_row_weight > 0 and normalization == "squared_relu"
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.RandomUniform(-0.1, 0.1))
@@ -489,7 +496,8 @@ class GraphPredictor(keras.layers.Layer):
         normalises in one XLA cluster (:func:`~glomo_tf.ops.fused_normalize_scores`)."""
         normalize = ops.fused_normalize_scores if training else ops.normalize_scores
         if not self._learned_threshold:
-            return normalize(scores, admissible, self.normalization, self.epsilon)
+            return normalize(scores, admissible, self.normalization, self.epsilon,
+                             entmax_alpha=self.entmax_alpha)
         layers = scores.shape[2]
         threshold = self._w(self.threshold_bias)[None, :, first_layer:first_layer + layers,
                                                  None, None, None]
@@ -564,7 +572,8 @@ class GraphPredictor(keras.layers.Layer):
         scores = tf.einsum("bzlkth,bzlksh->bzlkts", q, k) - self._thresholds(q, layer)
         if training and self._live_row_hinge:
             self._add_live_row_loss(scores, admissible)
-        return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon)
+        return ops.normalize_scores(scores, admissible, self.normalization, self.epsilon,
+                                    entmax_alpha=self.entmax_alpha)
 
     # ------------------------------------------------------------------ Keras plumbing
     def compute_output_shape(self, input_shape):
@@ -596,6 +605,7 @@ class GraphPredictor(keras.layers.Layer):
             "kernel_size": self.kernel_size,
             "threshold": self.threshold,
             "normalization": self.normalization,
+            "entmax_alpha": self.entmax_alpha,
             "coupled": self.coupled,
             "composition": self.composition,
             "dropout": self.dropout,

@@ -75,7 +75,9 @@ class GraphPredictor2D(keras.layers.Layer):
         conv_layers: int >= 1, masked convolutions in each key and query network.
         kernel_size: odd int, height and width of the masked convolutions.
         threshold: ``"query"`` or ``"scalar"`` (see :class:`~glomo_tf.GraphPredictor`).
-        normalization: ``"squared_relu"`` (Eq. 1), ``"entmax15"`` or ``"softmax"``.
+        normalization: ``"squared_relu"`` (Eq. 1), ``"entmax15"``, ``"entmax"`` (with
+            ``entmax_alpha``) or ``"softmax"``.
+        entmax_alpha: float in (1, 2], the alpha of ``"entmax"``.
         momentum: float, moving-average momentum of the batch norms.
         epsilon: float, added to graph row sums.
         initial_threshold: float, initial threshold bias (see :class:`~glomo_tf.GraphPredictor`).
@@ -109,7 +111,8 @@ class GraphPredictor2D(keras.layers.Layer):
     def __init__(self, hidden_dim=D2["hidden_dim"], num_layers=D2["num_layers"],
                  num_heads=D2["num_heads"], head_dim=D2["head_dim"],
                  conv_layers=D2["conv_layers"], kernel_size=D2["kernel_size"],
-                 threshold=D2["threshold"], normalization=D2["normalization"], momentum=0.9,
+                 threshold=D2["threshold"], normalization=D2["normalization"],
+                 entmax_alpha=D2["entmax_alpha"], momentum=0.9,
                  epsilon=1e-16, initial_threshold=D2["initial_threshold"],
                  live_row_weight=D2["live_row_weight"], live_row_margin=D2["live_row_margin"],
                  **kwargs):
@@ -132,6 +135,7 @@ class GraphPredictor2D(keras.layers.Layer):
         self.kernel_size = int(kernel_size)
         self.threshold = threshold
         self.normalization = normalization
+        self.entmax_alpha = float(entmax_alpha)
         self.momentum = float(momentum)
         self.epsilon = float(epsilon)
         self.initial_threshold = float(initial_threshold)
@@ -143,7 +147,8 @@ class GraphPredictor2D(keras.layers.Layer):
         self.scorer = GraphPredictor(
             vocabulary_size=1, hidden_dim=self.hidden_dim, num_layers=self.num_layers,
             num_heads=self.num_heads, head_dim=self.head_dim, conv_layers=0,
-            threshold=threshold, normalization=normalization, epsilon=epsilon,
+            threshold=threshold, normalization=normalization, entmax_alpha=entmax_alpha,
+            epsilon=epsilon,
             initial_threshold=initial_threshold, live_row_weight=live_row_weight,
             live_row_margin=live_row_margin, dtype=self.dtype_policy, name="scorer")
         self.convs, self.norms = [], []
@@ -216,6 +221,7 @@ class GraphPredictor2D(keras.layers.Layer):
             "kernel_size": self.kernel_size,
             "threshold": self.threshold,
             "normalization": self.normalization,
+            "entmax_alpha": self.entmax_alpha,
             "momentum": self.momentum,
             "epsilon": self.epsilon,
             "initial_threshold": self.initial_threshold,
