@@ -3,7 +3,10 @@ trees Ordered Memory induces compared with the gold trees (bracket F1).
 
 The data are generated (:func:`glomo_tf.data.listops.generate_listops`, seeded; nothing is
 downloaded): train, validation and test sets from three seeds, test expressions that also occur
-in the training set dropped. Each model is ``Embedding -> encoder -> MLP -> 10 classes``: the
+in the training set dropped. Or your own files in the original format (``--train-file``,
+``--test-file``, e.g. those of ``examples/listops_graphs.py``, so that Ordered Memory runs beside
+its BiGRU classifiers): the validation part is then the seeded 10% of the training file that
+``glomo transfer`` carves with the same ``--seed``. Each model is ``Embedding -> encoder -> MLP -> 10 classes``: the
 encoder is :class:`glomo_tf.OrderedMemory` (``M^_T^N``) or ``keras.layers.LSTM`` (last state),
 both ``--units`` wide; the MLP is one hidden ReLU layer of ``--units`` with Table A.1's *Out*
 dropout. Training is ``model.fit`` (Adam, clip norm 1, progress bars) with a checkpoint of the
@@ -41,8 +44,9 @@ import numpy as np
 
 from glomo_tf import OrderedMemory
 from glomo_tf.data.length_batches import LengthBatches
+from glomo_tf.data.labeled import seeded_split
 from glomo_tf.data.listops import (VOCABULARY, encode_listops, generate_listops, label_counts,
-                                   length_summary)
+                                   length_summary, read_listops)
 from glomo_tf.layers.related.ordered_memory import released_optimizer
 from glomo_tf.trees import bracket_f1, induce_trees
 
@@ -109,6 +113,9 @@ def parse_args(argv):
                         help=f"comma-separated subset of {', '.join(MODELS)}")
     parser.add_argument("--train-size", type=int, default=6000, help="generated expressions")
     parser.add_argument("--validation-size", type=int, default=500)
+    parser.add_argument("--train-file", help="train on this ListOps file (label<TAB>expression) "
+                        "instead of generated expressions; 10%% of it validates")
+    parser.add_argument("--test-file", help="test on this ListOps file (with --train-file)")
     parser.add_argument("--test-size", type=int, default=1000)
     parser.add_argument("--max-length", type=int, default=40,
                         help="tokens per expression, parentheses excluded")
@@ -148,12 +155,23 @@ def parse_args(argv):
     unknown = sorted(set(args.models) - set(MODELS))
     if unknown or not args.models:
         parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    if bool(args.train_file) != bool(args.test_file):
+        parser.error("--train-file and --test-file go together: give both, or neither to "
+                     "generate the data")
     if args.verbose is None:
         args.verbose = 1 if sys.stdout.isatty() else 2
     return args
 
 
 def make_data(args):
+    """``(train, validation, test)`` lists of ListOps examples, generated or read."""
+    if args.train_file:
+        given, test = read_listops(args.train_file), read_listops(args.test_file)
+        for path, examples in ((args.train_file, given), (args.test_file, test)):
+            if not examples:
+                raise SystemExit(f"{path}: no ListOps example (label<TAB>expression lines).")
+        keep, validation = seeded_split(len(given), 0.1, args.seed)
+        return [given[i] for i in keep], [given[i] for i in validation], test
     shape = dict(max_depth=args.max_depth, max_length=args.max_length)
     train = generate_listops(args.train_size, seed=args.seed, **shape)
     seen = {e.expression for e in train}
@@ -170,9 +188,10 @@ def main(argv=None):
     started = time.perf_counter()
     args = parse_args(argv)
     train, validation, test = make_data(args)
-    x_train, y_train = encode_listops(train, args.max_length)
-    x_val, y_val = encode_listops(validation, args.max_length)
-    x_test, y_test = encode_listops(test, args.max_length)
+    width = None if args.train_file else args.max_length  # a file's examples keep their length
+    x_train, y_train = encode_listops(train, width)
+    x_val, y_val = encode_listops(validation, width)
+    x_test, y_test = encode_listops(test, width)
     counts = label_counts(train)
     majority = int(np.argmax(counts))
     gold = [e.tree for e in test]

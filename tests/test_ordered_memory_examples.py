@@ -75,6 +75,31 @@ def test_listops_tiny_run(listops, tmp_path, capsys):
     assert results["wall_seconds"] > 0
 
 
+def test_listops_on_files_of_ones_own(listops, tmp_path, capsys):
+    """--train-file / --test-file: the original format read (a bare digit included), the
+    validation part the seeded 10% that glomo transfer carves, the test file as given."""
+    from glomo_tf.data.labeled import seeded_split
+    from glomo_tf.data.listops import generate_listops, write_listops
+
+    train, test = tmp_path / "train.tsv", tmp_path / "test.tsv"
+    expressions = generate_listops(60, seed=3, max_depth=2, max_length=12)
+    write_listops(train, expressions)
+    write_listops(test, generate_listops(9, seed=4, max_depth=2, max_length=12))
+    with open(test, "a", encoding="utf-8") as handle:
+        handle.write("6\t6\n")
+    results = listops.main(["--train-file", str(train), "--test-file", str(test), "--models",
+                            "lstm", "--epochs", "1", "--units", "8", "--batch-size", "16",
+                            "--seed", "2", "--checkpoint-dir", str(tmp_path / "ck"),
+                            "--verbose", "0"])
+    _, validation = seeded_split(60, 0.1, 2)
+    assert (results["data"]["train"], results["data"]["validation"],
+            results["data"]["test"]) == (54, len(validation), 10)
+    assert results["data"]["test_lengths"]["max"] <= 12
+    with pytest.raises(SystemExit):
+        listops.main(["--train-file", str(train)])
+    assert "--train-file and --test-file go together" in capsys.readouterr().err
+
+
 def test_logic_tiny_run(logic, tmp_path):
     results = logic.main(["--train-size", "96", "--validation-size", "32",
                           "--test-per-operators", "8", "--units", "8",
