@@ -773,12 +773,13 @@ def listops_agreement_row(label, agreement):
             f"{offset['share']:.3f} (t - {offset['offset']}) | {agreement['chance']:.3f} |")
 
 
-def books_row(label, curve_file, stats_file):
-    """A row of the README's books table: tokens seen, validation perplexity of the last epoch,
-    and the graphs' statistics on MR (as the WikiText-2 table)."""
+def books_row(label, curve_file, stats_file, epochs):
+    """A row of the README's books table: tokens seen, validation perplexity after ``epochs``
+    epochs, and the graphs' statistics on MR (as the WikiText-2 table)."""
     curve = load(curve_file)
     stats = load(stats_file)
-    last = curve["curve"][-1]
+    last = curve["curve"][epochs - 1]
+    assert last["epoch"] == epochs
     graphs = [row for name in ("forward", "backward") for row in stats["predictor"][name]]
     uniform = stats["uniform"]["forward"][0]["entropy"]
     entropy = [g["entropy"] for g in graphs]
@@ -797,8 +798,10 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             listops_agreement_row("`projected` + `entmax15`",
                                   load("listops_graphs_projected_entmax15.json")["agreement"]),
             top_k_row("ListOps", listops["transfer"]["runs"], "listops_top2_results.json", 2),
-            books_row("`gru` (the paper), bfloat16", "books_gru_curve.json",
-                      "books_mr_stats_gru.json")]
+            books_row("`gru` (the paper), bfloat16, 12 epochs", "books_gru_curve.json",
+                      "books_mr_stats_gru.json", 12),
+            books_row("`gru` (the paper), bfloat16, 20 epochs", "books_gru_curve.json",
+                      "books_mr_stats_gru_20.json", 20)]
     for row in rows:
         assert row in readme, f"README lacks: {row}"
     stats = load("books_mr_stats_gru.json")["uniform"]["forward"][0]
@@ -820,10 +823,27 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
         pvalue = f"{p['p']:.2f}" if p["p"] >= 0.01 else f"{p['p']:.0e}"
         return f"{p['wins']} / {p['losses']}, p {pvalue}"
 
+    twelfth = curve[11]
+    rates_halved = len({row["learning_rate"] for row in curve}) - 1
+
+    def share_of_uniform(name):
+        stats = load(name)
+        graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
+        entropy = sum(g["entropy"] for g in graphs) / len(graphs)
+        return f"{100 * entropy / stats['uniform']['forward'][0]['entropy']:.0f}%"
+
     for figure in [
             f"from {first['val_perplexity']:.0f} after {first['tokens_seen'] / 1e6:.1f}M tokens "
-            f"to {last['val_perplexity']:.0f} after {last['tokens_seen'] / 1e6:.1f}M",
-            f"Twelve epochs on one core at {min(rates):,.0f}-{max(rates):,.0f} tokens/s",
+            f"to {twelfth['val_perplexity']:.0f} after {twelfth['tokens_seen'] / 1e6:.1f}M and "
+            f"{last['val_perplexity']:.0f} after {last['tokens_seen'] / 1e6:.1f}M",
+            f"Twenty epochs on one core at {min(rates):,.0f}-{max(rates):,.0f} tokens/s",
+            f"training perplexity went on from {twelfth['train_perplexity']:.0f} to "
+            f"{last['train_perplexity']:.0f}",
+            f"halved the learning rate {['no', 'once', 'twice', 'three times', 'four times'][rates_halved]}",
+            f"({share_of_uniform('books_mr_stats_gru_20.json')} of the uniform graph's entropy "
+            f"against {share_of_uniform('books_mr_stats_gru.json')}; on SICK's test sentences "
+            f"{share_of_uniform('books_sick_stats_gru_20.json')} against "
+            f"{share_of_uniform('books_sick_stats_gru.json')}",
             f"MR meets {100 * unk[0]:.1f}% `<unk>` units here against {100 * unk[1]:.1f}%",
             f"4 epochs ({pretraining['steps']:,} steps, {pretraining['wall_time_s']:.0f} s; "
             f"validation perplexity {pretraining['val_perplexity']:.1f}",
@@ -833,7 +853,8 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"({wins(summary['glomo_rnn'])})",
             f"it prints the seed-0 run's accuracy: {seed0}"]:
         assert figure in text, f"README lacks: {figure}"
-    assert len(curve) == 12  # "Twelve epochs"
+    assert len(curve) == 20  # "Twenty epochs"
+    assert min(row["val_perplexity"] for row in curve[11:]) > 0.98 * twelfth["val_perplexity"]
     top2 = evaluation_paired_top_k(listops)
     assert top2["p"] < 0.05 <= listops["transfer"]["summary"]["paired"]["glomo_rnn"]["p"]
     assert "is the one setting above the baseline at p < 0.05" in text
@@ -847,6 +868,16 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"disagree (averaged {sharp['best_heads_averaged']['share']:.3f})") in text
     sick = load("sick_results.json")
     seconds = [r["seconds"] for r in sick["runs"]]
+
+    def sick_p(seeds):
+        from glomo_tf import evaluation
+
+        runs = [r for r in sick["runs"] if r["seed"] < seeds]
+        return evaluation.paired_comparison(evaluation.per_seed_accuracy(runs, "glomo_rnn"),
+                                            evaluation.per_seed_accuracy(runs, "uniform"))["p"]
+
+    assert (f"uniform was {sick_p(5):.2f}\nafter five seeds, {sick_p(7):.2f} after seven and is "
+            f"{sick_p(10):.2f} after ten").replace("\n", " ") in text
     paired = sick["summary"]
     assert (paired["paired_with_uniform"]["glomo_rnn"]["p"] < 0.05
             <= paired["paired"]["glomo_rnn"]["p"])
