@@ -741,20 +741,24 @@ def pay_row(task, summary, metric=None):
     return f"| {task} | {seeds} | " + " | ".join(cells) + " |"
 
 
-def top_k_row(task, main_summary_runs, top_k_file, k):
-    """A row of the same table for ``glomo_rnn --top-k K`` (run apart, same seeds and splits),
-    paired with the main run's baseline and uniform graph."""
+def apart_row(label, main_summary_runs, runs):
+    """A row of the same table for a ``glomo_rnn`` run apart (other graphs or ``--top-k``, the
+    same seeds and splits), paired with the main run's baseline and uniform graph."""
     from glomo_tf import evaluation
 
-    top = evaluation.per_seed_accuracy(load(top_k_file)["runs"], "glomo_rnn")
-    accuracy = evaluation.accuracy_summary(list(top.values()))
+    apart = evaluation.per_seed_accuracy(runs, "glomo_rnn")
+    accuracy = evaluation.accuracy_summary(list(apart.values()))
     cells = [f"{100 * accuracy['mean']:.2f} ± {100 * accuracy['std']:.2f}"]
     for reference in ("baseline", "uniform"):
         p = evaluation.paired_comparison(
-            top, evaluation.per_seed_accuracy(main_summary_runs, reference))
+            apart, evaluation.per_seed_accuracy(main_summary_runs, reference))
         cells.append(paired_text(p))
-    return (f"| {task}, `glomo_rnn --top-k {k}` | {accuracy['seeds']} | - | - | - | "
-            + " | ".join(cells) + " | - |")
+    return (f"| {label} | {accuracy['seeds']} | - | - | - | " + " | ".join(cells) + " | - |")
+
+
+def top_k_row(task, main_summary_runs, top_k_file, k):
+    return apart_row(f"{task}, `glomo_rnn --top-k {k}`", main_summary_runs,
+                     load(top_k_file)["runs"])
 
 
 def evaluation_paired_top_k(listops):
@@ -794,6 +798,8 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
     listops = load("listops_graphs.json")
     rows = [pay_row("ListOps", listops["transfer"]["summary"]),
             pay_row("SICK", load("sick_results.json")["summary"]),
+            pay_row("MRPC", load("mrpc_results.json")["summary"]),
+            pay_row("MRPC, F1 (paraphrase)", load("mrpc_results.json")["summary"], "f1"),
             listops_agreement_row("the paper's form", listops["agreement"]),
             listops_agreement_row("`projected` + `entmax15`",
                                   load("listops_graphs_projected_entmax15.json")["agreement"]),
@@ -927,3 +933,50 @@ def test_the_committed_listops_classifier_reproduces_its_recorded_accuracy():
                     if r["seed"] == 0 and r["variant"] == "glomo_rnn")
     assert scored["examples"] == recorded["test_examples"]
     assert scored["accuracy"] == pytest.approx(recorded["accuracy"], abs=1e-4)
+
+
+def test_mrpc_figures_come_from_their_json_and_the_data(readme):
+    """The MRPC paragraph: run sizes and times from the recorded runs, the always-"paraphrase"
+    answer scored on the same seeded test parts (from the MRPC file), the graphs' statistics."""
+    import numpy as np
+
+    from glomo_tf.data.pairs import load_mrpc
+    from glomo_tf.experiments import pair_splits
+
+    text = " ".join(readme.split())
+    mrpc = load("mrpc_results.json")
+    runs = mrpc["runs"]
+    assert mrpc["config"]["seeds"] == list(range(10))
+    sizes = {(r["train_examples"], r["test_examples"]) for r in runs}
+    assert len(sizes) == 1
+    train, test = sizes.pop()
+    task = load_mrpc()
+    shares = []
+    for seed in mrpc["config"]["seeds"]:
+        labels = np.asarray(pair_splits(task, seed)[2].labels)
+        assert len(labels) == test
+        shares.append(labels.mean())  # paraphrase is class 1
+    share = float(np.mean(shares))
+    stats = load("books_mrpc_stats_gru.json")
+    graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
+    uniform = stats["uniform"]["forward"][0]
+    entropy = sum(g["entropy"] for g in graphs) / len(graphs) / uniform["entropy"]
+    seconds = [r["seconds"] for r in runs]
+    for figure in [
+            f"10 seeds, each with its own seeded test and development parts, {min(seconds):.0f}-"
+            f"{max(seconds):.0f} s a run on one core",
+            f"which scores {100 * share:.1f}% accuracy and {100 * 2 * share / (1 + share):.1f} F1 "
+            f"on the same test parts ({test} pairs each): with {train:,} training pairs",
+            f"({100 * entropy:.0f}% of the uniform graph's row entropy, "
+            f"{sum(g['sources'] for g in graphs) / len(graphs):.1f} sources per row against "
+            f"{uniform['sources']:.1f}"]:
+        assert figure in text, f"README lacks: {figure}"
+    summary = mrpc["summary"]
+    for metric in (summary, summary["metrics"]["f1"]):
+        for key in ("paired", "paired_with_uniform"):
+            assert all(p["p"] > 0.2 for p in metric[key].values())  # "level with the others"
+        means = [v["mean"] for v in metric["variants"].values()]
+        assert max(means) - min(means) < 0.01
+    best = max(v["mean"] for v in summary["variants"].values())
+    assert best - share < 0.015  # "barely above always answering paraphrase"
+
