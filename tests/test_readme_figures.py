@@ -804,6 +804,11 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             listops_agreement_row("`projected` + `entmax15`",
                                   load("listops_graphs_projected_entmax15.json")["agreement"]),
             top_k_row("ListOps", listops["transfer"]["runs"], "listops_top2_results.json", 2),
+            listops_agreement_row("`entmax`, alpha 1.25",
+                                  load("listops_graphs_gru_entmax1.25.json")["agreement"]),
+            apart_row("ListOps, `glomo_rnn`, `entmax` alpha 1.25 graphs",
+                      listops["transfer"]["runs"],
+                      load("listops_graphs_gru_entmax1.25.json")["transfer"]["runs"]),
             books_row("`gru` (the paper), bfloat16, 12 epochs", "books_gru_curve.json",
                       "books_mr_stats_gru.json", 12),
             books_row("`gru` (the paper), bfloat16, 20 epochs", "books_gru_curve.json",
@@ -864,6 +869,25 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
     top2 = evaluation_paired_top_k(listops)
     assert top2["p"] < 0.05 <= listops["transfer"]["summary"]["paired"]["glomo_rnn"]["p"]
     assert "is the one setting above the baseline at p < 0.05" in text
+    alpha = load("listops_graphs_gru_entmax1.25.json")
+    assert alpha["config"]["normalization"] == "entmax" and alpha["config"]["entmax_alpha"] == 1.25
+    assert alpha["config"]["composition"] == "gru"
+    sharp_head = load("listops_graphs_projected_entmax15.json")["agreement"]["best_head"]["share"]
+    alpha_summary = alpha["transfer"]["summary"]["variants"]["glomo_rnn"]
+    from glomo_tf import evaluation
+
+    alpha_vs_baseline = evaluation.paired_comparison(
+        evaluation.per_seed_accuracy(alpha["transfer"]["runs"], "glomo_rnn"),
+        evaluation.per_seed_accuracy(listops["transfer"]["runs"], "baseline"))
+    assert abs(alpha["agreement"]["best_head"]["share"] - sharp_head) < 0.01  # "as good as"
+    for figure in [
+            f"has a best head as good as the sharp form's, "
+            f"{alpha['agreement']['best_head']['share']:.3f}, and the same disagreement between "
+            f"heads ({alpha['agreement']['best_heads_averaged']['share']:.3f})",
+            f"transfer as the paper's do ({100 * alpha_summary['mean']:.2f}, "
+            f"{100 * alpha_vs_baseline['mean_difference']:+.2f} over the baseline, p "
+            f"{alpha_vs_baseline['p']:.2f}"]:
+        assert figure in text, f"README lacks: {figure}"
     released = load("ordered_memory_listops_released.json")["models"]
     assert (f"With 40,000 training expressions and 40 epochs (above) it reaches "
             f"{100 * released['ordered_memory']['test_accuracy']:.1f}%") in text
