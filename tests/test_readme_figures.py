@@ -806,6 +806,10 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             top_k_row("ListOps", listops["transfer"]["runs"], "listops_top2_results.json", 2),
             listops_agreement_row("`entmax`, alpha 1.25",
                                   load("listops_graphs_gru_entmax1.25.json")["agreement"]),
+            listops_agreement_row("`entmax15` (the paper's composition)",
+                                  load("listops_graphs_gru_entmax15.json")["agreement"]),
+            apart_row("ListOps, `glomo_rnn`, `entmax15` graphs", listops["transfer"]["runs"],
+                      load("listops_graphs_gru_entmax15.json")["transfer"]["runs"]),
             apart_row("ListOps, `glomo_rnn`, `entmax` alpha 1.25 graphs",
                       listops["transfer"]["runs"],
                       load("listops_graphs_gru_entmax1.25.json")["transfer"]["runs"]),
@@ -880,6 +884,15 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
         evaluation.per_seed_accuracy(alpha["transfer"]["runs"], "glomo_rnn"),
         evaluation.per_seed_accuracy(listops["transfer"]["runs"], "baseline"))
     assert abs(alpha["agreement"]["best_head"]["share"] - sharp_head) < 0.01  # "as good as"
+    embeddings = listops["transfer"]["summary"]["paired"]["glomo_embeddings"]
+    assert (f"same graphs cost {-100 * embeddings['mean_difference']:.2f} points against the "
+            f"baseline ({embeddings['wins']} / {embeddings['losses']}, p {embeddings['p']:.2f})"
+            ) in text
+    gru15 = load("listops_graphs_gru_entmax15.json")
+    assert gru15["config"]["composition"] == "gru" and gru15["config"]["normalization"] == "entmax15"
+    assert (f"best head {gru15['agreement']['best_head']['share']:.3f}, heads averaged "
+            f"{gru15['agreement']['best_heads_averaged']['share']:.3f}; transferred "
+            f"{100 * gru15['transfer']['summary']['variants']['glomo_rnn']['mean']:.2f}") in text
     for figure in [
             f"has a best head as good as the sharp form's, "
             f"{alpha['agreement']['best_head']['share']:.3f}, and the same disagreement between "
