@@ -49,6 +49,18 @@ PRECISIONS = ("float32", "mixed_bfloat16")
 TUNERS = ("random", "hyperband", "bayesian")
 
 
+def check_entmax_alpha(alpha, name="entmax_alpha", softmax="softmax (normalization='softmax')"):
+    """``alpha`` as a float; ``ValueError`` naming the setting ``name`` unless it lies in
+    :data:`ENTMAX_ALPHA_RANGE` (1 is softmax, spelled ``softmax`` as the caller's user knows it;
+    above 2 the rows are sparser than sparsemax's and rarely wanted)."""
+    low, high = ENTMAX_ALPHA_RANGE
+    alpha = float(alpha)
+    if not low < alpha <= high:
+        raise ValueError(f"{name} must be in ({low:g}, {high:g}], got {alpha:g}; alpha 1 is "
+                         f"{softmax}.")
+    return alpha
+
+
 def check_heads_divide(hidden_dim, num_heads, names=("hidden_dim", "num_heads"),
                        what="the feature predictor"):
     """Raises ``ValueError`` unless ``num_heads`` divides ``hidden_dim`` (``what`` splits the

@@ -148,17 +148,6 @@ def entmax15(scores, admissible):
     return tf.where(admissible, weights, 0.0)
 
 
-def check_entmax_alpha(alpha):
-    """``alpha`` as a float; ``ValueError`` unless it lies in (1, 2] (1 is softmax: use
-    ``"softmax"``; above 2 the rows are sparser than sparsemax's and rarely wanted)."""
-    low, high = hparams.ENTMAX_ALPHA_RANGE
-    alpha = float(alpha)
-    if not low < alpha <= high:
-        raise ValueError(f"entmax_alpha must be in ({low:g}, {high:g}], got {alpha:g}; "
-                         "alpha 1 is softmax (normalization='softmax').")
-    return alpha
-
-
 def entmax_bisect(scores, admissible, alpha=1.5, iterations=30):
     """alpha-entmax over the admissible entries of each row: ``relu((alpha - 1) x - tau)^(1 /
     (alpha - 1))``, with ``tau`` the row's threshold that makes the weights sum to 1.
@@ -182,7 +171,7 @@ def entmax_bisect(scores, admissible, alpha=1.5, iterations=30):
     Returns:
         ``[..., T, S]`` float32 weights; rows sum to 1 (or 0).
     """
-    alpha = check_entmax_alpha(alpha)
+    alpha = hparams.check_entmax_alpha(alpha)
     power = 1.0 / (alpha - 1.0)
     mask = tf.broadcast_to(admissible > 0, tf.shape(scores))
 

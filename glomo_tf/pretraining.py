@@ -126,10 +126,7 @@ class PretrainingConfig:
             c.batch_size = 32
         if c.learning_rate is None:
             c.learning_rate = 1.0 if c.optimizer == "sgd" else 1e-3
-        low, high = hparams.ENTMAX_ALPHA_RANGE
-        if not low < c.entmax_alpha <= high:
-            raise ValueError(f"--entmax-alpha must be in ({low:g}, {high:g}], got "
-                             f"{c.entmax_alpha:g}; alpha 1 is --normalization softmax.")
+        hparams.check_entmax_alpha(c.entmax_alpha, "--entmax-alpha", "--normalization softmax")
         if c.live_row_weight < 0 or c.live_row_margin < 0:
             raise ValueError("--live-row-weight and --live-row-margin must be >= 0.")
         if c.window <= c.context_length:

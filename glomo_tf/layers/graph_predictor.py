@@ -182,7 +182,7 @@ class GraphPredictor(keras.layers.Layer):
         if normalization not in NORMALIZATIONS:
             raise ValueError(
                 f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
-        entmax_alpha = ops.check_entmax_alpha(entmax_alpha)
+        entmax_alpha = hparams.check_entmax_alpha(entmax_alpha)
         if coupled:
             hparams.check_heads_divide(hidden_dim, num_heads,
                                        what="a coupled predictor's feature composition")
