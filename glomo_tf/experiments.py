@@ -53,7 +53,9 @@ class TransferConfig:
     graphs come from batches of other shapes), not bit for bit, and a trained run amplifies
     round-off like any change of batch shapes: off by default so that results stay comparable
     with earlier runs. ``top_k``: None (dense graphs) or the sources kept per receiving unit (:func:`glomo_tf.ops.top_k_sources`), in the
-    cache and in the GLoMo layers alike.
+    cache and in the GLoMo layers alike. ``graph_temperature``: None (the predictor's graphs as
+    they are) or a float above 0 that sharpens (below 1) or flattens (above 1) them
+    (:func:`glomo_tf.ops.sharpen_graphs`), in the cache and the GLoMo layers alike.
 
     ``resume`` (default False): ``output_dir`` may already hold a ``results.json`` of the same
     settings (seeds and variants aside); its runs are kept and only the missing (variant, seed,
@@ -92,6 +94,7 @@ class TransferConfig:
     learning_rate: float = 1e-3
     graph_cache: bool = False
     top_k: Optional[int] = None
+    graph_temperature: Optional[float] = None
     precision: str = "float32"
     save_models: bool = False
     resume: bool = False
@@ -146,6 +149,7 @@ class TransferConfig:
         if c.top_k is not None and c.top_k < 1:
             raise ValueError(f"--top-k must be >= 1 (or left out for dense graphs), got "
                              f"{c.top_k}.")
+        hparams.check_graph_temperature(c.graph_temperature, "--graph-temperature")
         check_precision(c.precision)
         if not 0.0 <= c.transfer_dropout < 1.0:
             raise ValueError(f"--transfer-dropout must be in [0, 1), got {c.transfer_dropout}.")
@@ -293,9 +297,10 @@ def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learni
     inference_batch = 2 * batch_size
     predictor, top_k = graphs["predictor"], graphs["top_k"]
     candidates = top_k is None
+    temperature = graphs.get("graph_temperature")
     validation_data = graph_cache.with_graphs(
         length_sorted_batches(*validation, inference_batch)[0], predictor, top_k,
-        candidates=candidates)
+        candidates=candidates, graph_temperature=temperature)
     history = fed.fit(graph_cache.cached_training_batches(*train, batch_size, seed,
                                                           graphs["cache"]),
                       validation_data=validation_data, epochs=epochs, shuffle=False,
@@ -303,7 +308,7 @@ def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learni
     test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
                                              inference_batch)
     test_data = graph_cache.with_graphs(test_data, predictor, top_k, cache=None,
-                                        candidates=candidates)
+                                        candidates=candidates, graph_temperature=temperature)
     probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
     probabilities[order] = fed.predict(test_data, verbose=0)
     accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
@@ -383,7 +388,8 @@ def _run_transfer(config, record):
         start = time.perf_counter()
         # Dense caches hold the candidate matrices the mixtures read (no products per step).
         cache = compute_graphs(predictor, fixed_ids, config.top_k,
-                               candidates=config.top_k is None)
+                               candidates=config.top_k is None,
+                               graph_temperature=config.graph_temperature)
         print(f"Graph cache: {len(cache)} sentences, {cache.nbytes / 2 ** 20:.1f} MiB "
               f"({'candidate matrices' if cache.k is None else f'top-{cache.k}'}, exact: "
               f"{cache.exact}), {time.perf_counter() - start:.1f}s")
@@ -425,12 +431,13 @@ def _run_transfer(config, record):
                     embedding_dim=config.embedding_dim, rnn_units=config.rnn_units,
                     attention_heads=config.attention_heads, dropout=config.dropout,
                     num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
-                    top_k=config.top_k)
+                    top_k=config.top_k, graph_temperature=config.graph_temperature)
                 graphs = None
                 if (predictor is not None and config.graph_cache
                         and variant in hparams.PREDICTOR_VARIANTS):
                     graphs = {"cache": graph_cache().subset(train), "predictor": predictor,
-                              "top_k": config.top_k}
+                              "top_k": config.top_k,
+                              "graph_temperature": config.graph_temperature}
                 start = time.perf_counter()
                 accuracy, epochs_run = train_and_evaluate(
                     model, (ids[train], labels[train]), validation_data, test_data, seed=seed,
@@ -630,7 +637,7 @@ def _run_pair_transfer(config, record):
                 graph_predictor=predictor, embedding_dim=config.embedding_dim,
                 rnn_units=config.rnn_units, dropout=config.dropout,
                 num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
-                top_k=config.top_k)
+                top_k=config.top_k, graph_temperature=config.graph_temperature)
             start = time.perf_counter()
             predictions, epochs_run = train_and_evaluate_pairs(
                 model, train_data, validation_data, tests, seed=seed, **training)

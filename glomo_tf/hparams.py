@@ -61,6 +61,21 @@ def check_entmax_alpha(alpha, name="entmax_alpha", softmax="softmax (normalizati
     return alpha
 
 
+def check_graph_temperature(temperature, name="graph_temperature"):
+    """``temperature`` as a float, or None (the graphs as the predictor gives them);
+    ``ValueError`` naming the setting ``name`` unless it is a finite number above 0."""
+    if temperature is None:
+        return None
+    try:
+        temperature = float(temperature)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number above 0 or None, got {temperature!r}.") from None
+    if not 0.0 < temperature < float("inf"):
+        raise ValueError(f"{name} must be a finite number above 0 (below 1 sharpens the graphs, "
+                         f"above 1 flattens them), got {temperature:g}.")
+    return temperature
+
+
 def check_heads_divide(hidden_dim, num_heads, names=("hidden_dim", "num_heads"),
                        what="the feature predictor"):
     """Raises ``ValueError`` unless ``num_heads`` divides ``hidden_dim`` (``what`` splits the

@@ -282,6 +282,35 @@ def hierarchical_products(graphs):
     return tf.stack(products[1:], axis=2)
 
 
+def sharpen_graphs(graphs, temperature):
+    """Every row of ``graphs [..., T, S]`` raised to the power ``1 / temperature`` and
+    renormalised: ``G_ts^(1/tau) / sum_s' G_ts'^(1/tau)`` over the row's sources.
+
+    A transfer-time temperature for a frozen predictor's graphs: below 1 it sharpens the rows
+    (towards their heaviest source), above 1 it flattens them (towards uniform weights over the
+    sources the row already has); a source with weight 0 keeps 0, a row without sources stays 0,
+    and the order of a row's sources (so :func:`top_k_sources`' choice) is unchanged. For graphs
+    normalised by a softmax, ``G^(1/tau)`` renormalised is exactly ``softmax(s / tau)`` of the
+    same scores; for the paper's squared ReLU it is ``relu(s)^(2/tau)`` normalised. Computed in
+    float32 (the result in ``graphs.dtype``); finite gradients where a weight is 0.
+    """
+    graphs = tf.convert_to_tensor(graphs)
+    temperature = hparams.check_graph_temperature(temperature, "temperature")
+    if temperature is None:
+        return graphs
+    weights = tf.cast(graphs, tf.float32)
+    present = weights > 0
+    # Relative to the row's heaviest source, so a small temperature cannot underflow a whole row.
+    logs = tf.math.log(tf.where(present, weights, 1.0))
+    heaviest = tf.stop_gradient(tf.reduce_max(tf.where(present, logs, -1e30), axis=-1,
+                                              keepdims=True))
+    shifted = tf.where(present, logs - heaviest, 0.0)  # 0 where absent: no inf, no NaN gradient
+    powered = tf.where(present, tf.exp(shifted / temperature), 0.0)
+    total = tf.reduce_sum(powered, axis=-1, keepdims=True)
+    sharpened = powered / tf.where(total > 0, total, 1.0)
+    return tf.cast(sharpened, graphs.dtype)
+
+
 def top_k_sources(graphs, k):
     """The ``k`` heaviest sources of every row of ``graphs [..., T, S]``: the compact form.
 

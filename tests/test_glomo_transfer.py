@@ -340,6 +340,34 @@ def test_top_k_layer_matches_numpy_on_the_kept_sources(rng, top_k):
     assert transfer.get_config()["top_k"] == top_k
 
 
+@pytest.mark.parametrize("top_k", [None, 2])
+def test_graph_temperature_sharpens_the_predictors_graphs_before_top_k(rng, top_k):
+    """graph_temperature raises each row of the predictor's graphs to the power 1/temperature
+    and renormalises it (then top_k keeps the heaviest): the NumPy transfer of those graphs."""
+    predictor = make_predictor()
+    model, embedding, transfer = functional_model(predictor, 6, num_mixtures=2, top_k=top_k,
+                                                  graph_temperature=0.5)
+    randomize_transfer(transfer, rng)
+    graphs = predictor_graphs(predictor).astype("float64")
+    squared = graphs ** 2  # the power 1 / 0.5 of every weight, renormalised per row
+    sums = squared.sum(-1, keepdims=True)
+    sharpened = np.where(sums > 0, squared / np.where(sums > 0, sums, 1.0), 0.0)
+    assert not np.allclose(sharpened, graphs)
+    if top_k is not None:
+        sharpened = numpy_top_k(sharpened.astype("float32"), top_k)[2]
+    got = model(IDS)[0].numpy()
+    expected = numpy_transfer(embedding.get_weights()[0][IDS], sharpened, IDS != 0, transfer)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    config = transfer.get_config()
+    assert config["graph_temperature"] == 0.5
+    assert GlomoTransfer.from_config(config).graph_temperature == 0.5
+
+
+def test_graph_temperature_must_be_above_zero():
+    with pytest.raises(ValueError, match="graph_temperature must be a finite number above 0"):
+        GlomoTransfer(make_predictor(), graph_temperature=0.0)
+
+
 def test_top_k_graphs_input_form(rng):
     """[features, indices, weights]: precomputed graphs in the compact form."""
     padding = IDS != 0

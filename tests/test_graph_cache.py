@@ -68,6 +68,24 @@ def test_cache_holds_each_sentences_graphs_computed_alone(rng, top_k):
     assert support > 2  # so the top-2 cache is a real truncation
 
 
+def test_cache_holds_the_sharpened_graphs(rng):
+    """graph_temperature: each sentence's graphs to the power 1/temperature, renormalised per
+    row (NumPy), as GlomoTransfer(graph_temperature=...) computes them online."""
+    predictor = make_predictor()
+    ids = random_ids(rng, count=9)
+    cache = graph_cache.compute_graphs(predictor, ids, batch_size=4, graph_temperature=2.0)
+    changed = 0
+    for i, row in enumerate(ids):
+        n = max(1, int((row != 0).sum()))
+        alone = predictor(row[None, :n], training=False)["graphs"].numpy()[0].astype("float64")
+        root = np.sqrt(alone)
+        sums = root.sum(-1, keepdims=True)
+        expected = np.where(sums > 0, root / np.where(sums > 0, sums, 1.0), 0.0)
+        np.testing.assert_allclose(cache.sentence(i), expected, rtol=1e-5, atol=1e-6)
+        changed += not np.allclose(expected, alone)
+    assert changed  # some rows have several sources, so the check is not trivial
+
+
 def np_candidates(graphs):
     """A sentence's packed candidate matrices by NumPy: the heads of every layer, then the chains
     ``Lambda^l = G^l Lambda^{l-1}`` of layers 2..L (``Lambda^1`` is the first layer's heads),
@@ -206,11 +224,12 @@ def test_fed_classifier_gives_the_online_outputs_and_gradients(rng, variant):
                                    tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("candidates", [False, True])
-def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, candidates):
+@pytest.mark.parametrize("candidates,temperature", [(False, None), (True, None), (True, 0.5)])
+def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, candidates,
+                                                                    temperature):
     """Two epochs of fit with validation, from the same initial weights: the cached path ends
     with the online path's weights and history (float round-off apart), from cached graphs or
-    cached candidate matrices."""
+    cached candidate matrices, with the graphs sharpened (graph_temperature) on both paths."""
     predictor = make_predictor()
     ids = random_ids(rng, count=30)
     labels = rng.integers(0, 2, len(ids))
@@ -219,15 +238,18 @@ def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, candid
     def fit(cached):
         keras.utils.set_random_seed(0)
         model = build_classifier(V, 2, "glomo_embeddings", graph_predictor=predictor,
-                                 embedding_dim=8, rnn_units=4, attention_heads=2, dropout=0.2)
+                                 embedding_dim=8, rnn_units=4, attention_heads=2, dropout=0.2,
+                                 graph_temperature=temperature)
         trained = graph_cache.GraphFedModel(model) if cached else model
         trained.compile(optimizer=keras.optimizers.Adam(0.01),
                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         if cached:
             data = graph_cache.cached_training_batches(
                 ids, labels, 8, 1,
-                graph_cache.compute_graphs(predictor, ids, candidates=candidates))
-            val = graph_cache.with_graphs(validation, predictor, candidates=candidates)
+                graph_cache.compute_graphs(predictor, ids, candidates=candidates,
+                                           graph_temperature=temperature))
+            val = graph_cache.with_graphs(validation, predictor, candidates=candidates,
+                                          graph_temperature=temperature)
         else:
             data, val = bucketed_training_batches(ids, labels, 8, 1), validation
         history = trained.fit(data, validation_data=val, epochs=2, verbose=0)

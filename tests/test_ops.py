@@ -392,3 +392,55 @@ def test_propagate_top_k_under_xla_with_run_time_shapes(rng):
                                    features))
     np.testing.assert_allclose(run(graphs, features).numpy()[:, :, 1], expected, rtol=1e-4,
                                atol=1e-6)
+
+
+# ---------------------------------------------------------------------- sharpen_graphs
+def np_sharpen(graphs, temperature):
+    """Each row's weights to the power 1/temperature over the row's sources, renormalised;
+    rows without sources stay 0 (float64)."""
+    graphs = np.asarray(graphs, np.float64)
+    powered = np.where(graphs > 0, np.abs(graphs) ** (1.0 / temperature), 0.0)
+    total = powered.sum(-1, keepdims=True)
+    return np.where(total > 0, powered / np.where(total > 0, total, 1.0), 0.0)
+
+
+@pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
+def test_sharpen_graphs_matches_numpy(rng, temperature):
+    graphs = rng.uniform(0.0, 1.0, (2, 3, 6, 6)) * (rng.uniform(size=(2, 3, 6, 6)) < 0.5)
+    graphs[0, 0, 2] = 0.0  # a row without sources
+    graphs /= np.maximum(graphs.sum(-1, keepdims=True), 1e-12)
+    got = ops.sharpen_graphs(tf.constant(graphs, tf.float32), temperature).numpy()
+    np.testing.assert_allclose(got, np_sharpen(graphs, temperature), rtol=1e-5, atol=1e-7)
+    assert not got[0, 0, 2].any()
+    np.testing.assert_array_equal(got > 0, graphs > 0)  # no source gained or lost
+    np.testing.assert_array_equal(ops.sharpen_graphs(tf.constant(graphs), None).numpy(), graphs)
+
+
+def test_sharpen_graphs_of_a_softmax_is_a_softmax_temperature(rng):
+    scores = rng.normal(0.0, 2.0, (4, 7))
+    weights = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
+    for temperature in (0.25, 3.0):
+        expected = np.exp(scores / temperature) / np.exp(scores / temperature).sum(-1,
+                                                                                   keepdims=True)
+        got = ops.sharpen_graphs(tf.constant(weights, tf.float32), temperature).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_sharpen_graphs_small_temperature_keeps_rows_whole_and_gradients_finite():
+    """A temperature of 0.01 raises 0.002 to the power 100 (below float32's range): the rows
+    still sum to 1, their heaviest source ahead; gradients are finite where weights are 0."""
+    graphs = tf.constant([[0.001, 0.002, 0.0], [0.0, 0.0, 0.0]], tf.float32)
+    got = ops.sharpen_graphs(graphs, 0.01).numpy()
+    np.testing.assert_allclose(got[0], [0.5 ** 100, 1.0, 0.0], rtol=1e-4, atol=1e-35)
+    assert not got[1].any()
+    for temperature in (0.01, 0.5, 4.0):
+        with tf.GradientTape() as tape:
+            tape.watch(graphs)
+            loss = tf.reduce_sum(ops.sharpen_graphs(graphs, temperature) * [[1.0, -2.0, 3.0]])
+        assert np.isfinite(tape.gradient(loss, graphs).numpy()).all()
+
+
+@pytest.mark.parametrize("temperature", [0, -1.0, float("inf"), "warm"])
+def test_sharpen_graphs_rejects_a_temperature_not_above_zero(temperature):
+    with pytest.raises(ValueError, match="temperature must be"):
+        ops.sharpen_graphs(np.ones((2, 2), np.float32), temperature)

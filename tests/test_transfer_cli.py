@@ -79,19 +79,21 @@ def test_transfer_end_to_end_with_a_run_dir(task, capsys):
 def test_graph_cache_gives_the_online_results_and_top_k_runs(task, capsys):
     """--graph-cache and the online default (--no-graph-cache): the same accuracies and epochs
     on this task, flags recorded; --top-k runs the GLoMo variant on its graphs' 2 heaviest
-    sources per unit, cached or online."""
+    sources per unit, cached or online; --graph-temperature sharpens the graphs on both paths
+    alike."""
     root, data, run_dir = task
     common = ["transfer", "--run", str(run_dir), "--dataset", "file", "--file", str(data),
               "--text-column", "sentence", "--label-column", "class", "--variants",
               "glomo_embeddings", "--seeds", "0", "--epochs", "2", "--max-length", "16", *TINY]
-    runs = (("--graph-cache",), (), ("--graph-cache", "--top-k", "2"), ("--top-k", "2"))
+    runs = (("--graph-cache",), (), ("--graph-cache", "--top-k", "2"), ("--top-k", "2"),
+            ("--graph-cache", "--graph-temperature", "0.5"), ("--graph-temperature", "0.5"))
     results = {}
     for flags in runs:
         out = root / ("cache_out" + "".join(flags))  # not the end-to-end test's "out"
         assert cli.main([*common, *flags, "--output-dir", str(out)]) == 0
         results[flags] = json.loads((out / "results.json").read_text())
     printed = capsys.readouterr().out
-    assert printed.count("Graph cache: 198 sentences") == 2 and "top-2, exact" in printed
+    assert printed.count("Graph cache: 198 sentences") == 3 and "top-2, exact" in printed
     # Resumed with every run done: neither graphs nor runs are computed again.
     out = root / "cache_out--graph-cache"
     assert cli.main([*common, "--graph-cache", "--resume", "--output-dir", str(out)]) == 0
@@ -99,10 +101,13 @@ def test_graph_cache_gives_the_online_results_and_top_k_runs(task, capsys):
     assert "Graph cache" not in printed and "== file" not in printed
     assert json.loads((out / "results.json").read_text())["runs"] == results[
         ("--graph-cache",)]["runs"]
-    cached, online, cached_top, online_top = (results[flags] for flags in runs)
+    cached, online, cached_top, online_top, cached_sharp, online_sharp = (results[flags]
+                                                                          for flags in runs)
     assert (cached["config"]["graph_cache"], online["config"]["graph_cache"]) == (True, False)
     assert cached_top["config"]["top_k"] == 2 and cached["config"]["top_k"] is None
-    for a, b in ((cached, online), (cached_top, online_top)):
+    assert (online_sharp["config"]["graph_temperature"], online["config"]["graph_temperature"]
+            ) == (0.5, None)
+    for a, b in ((cached, online), (cached_top, online_top), (cached_sharp, online_sharp)):
         assert [(r["accuracy"], r["epochs_run"]) for r in a["runs"]] == [
             (r["accuracy"], r["epochs_run"]) for r in b["runs"]]
 
@@ -205,6 +210,8 @@ def test_paired_comparison_numbers():
     (["--dataset", "mr", "--split", "kfold", "--folds", "1"], "--folds must be >= 2"),
     (["--dataset", "mr", "--transfer-dropout", "1.0"], "--transfer-dropout must be in [0, 1)"),
     (["--dataset", "mr", "--variants", "baseline", "--top-k", "0"], "--top-k must be >= 1"),
+    (["--dataset", "mr", "--variants", "baseline", "--graph-temperature", "0"],
+     "--graph-temperature must be a finite number above 0"),
     (["--dataset", "sst2_tfds", "--variants", "baseline", "--split", "kfold"], "official test set"),
     (["--dataset", "sst2", "--variants", "baseline", "--split", "kfold"], "official test set"),
 ])

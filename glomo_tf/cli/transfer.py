@@ -110,6 +110,12 @@ def register(subparsers):
     model.add_argument("--transfer-dropout", type=float, default=D.transfer_dropout,
                        help="dropout on GlomoTransfer's fused input [H ; M H ...] (GLoMo and "
                             "uniform variants; default 0.0)")
+    model.add_argument("--graph-temperature", type=float, default=D.graph_temperature,
+                       metavar="TAU",
+                       help="GLoMo variants: raise every row of the predictor's graphs to the "
+                            "power 1/TAU and renormalise (below 1 sharper, above 1 flatter; a "
+                            "softmax temperature for a softmax predictor; default: the graphs "
+                            "as they are)")
     model.add_argument("--epochs", type=int, default=D.epochs,
                        help="most training epochs per run")
     model.add_argument("--patience", type=int, default=D.patience,

@@ -149,7 +149,7 @@ class GraphCache:
 
 
 def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=False,
-                   include_products=True):
+                   include_products=True, graph_temperature=None):
     """A :class:`GraphCache` of the predictor's graphs of every row of ``token_ids [N, T]``.
 
     The sentences go through the predictor (inference mode) in length-sorted batches, each cut
@@ -161,7 +161,10 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
     ``packed=True``, with the hierarchical products unless ``include_products=False``, as the
     transfer layers' own ``include_products``), so the mixtures read them instead of forming
     them every step; the predictor's graphs must hold no weight outside their direction's side
-    of the diagonal (a :class:`glomo_tf.GraphPredictor`'s never do).
+    of the diagonal (a :class:`glomo_tf.GraphPredictor`'s never do). ``graph_temperature``
+    (None, or a float above 0) sharpens or flattens the graphs first
+    (:func:`glomo_tf.ops.sharpen_graphs`), as ``GlomoTransfer(graph_temperature=...)`` does
+    online.
     """
     import tensorflow as tf
 
@@ -176,7 +179,9 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
                          "top_k=None (a dense cache).")
     lengths = np.maximum(sequence_lengths(token_ids), 1)
     order = np.argsort(lengths, kind="stable")
-    run = tf.function(lambda ids: predictor(ids, training=False)["graphs"], reduce_retracing=True)
+    run = tf.function(lambda ids: ops.sharpen_graphs(predictor(ids, training=False)["graphs"],
+                                                     graph_temperature),
+                      reduce_retracing=True)
     weights_of, indices_of, support = [None] * len(token_ids), [None] * len(token_ids), 0
     from glomo_tf.layers.graph_mixture import GraphMixture
 
@@ -319,14 +324,14 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
 
 
 def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,
-                include_products=True):
+                include_products=True, graph_temperature=None):
     """A ``tf.data`` stage: batched ``(ids, labels)`` -> ``((ids, graphs...), labels)``, the
     predictor's graphs of each batch in inference mode (dense, with ``candidates`` the dict
     ``{"packed_candidates": ...}`` of :meth:`glomo_tf.GraphMixture.candidate_matrices`, or with
     ``top_k`` the pair ``indices, weights``), then ``Dataset.cache(cache)`` (``""``: in memory;
     a path: files there), so the predictor runs on the first pass only. For datasets whose
     batches come in the same order every pass (validation, test); ``cache=None`` leaves the
-    caching out."""
+    caching out. ``graph_temperature``: as :func:`compute_graphs`'."""
     import tensorflow as tf
 
     from glomo_tf import ops
@@ -339,7 +344,7 @@ def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,
     cardinality = int(dataset.cardinality())
 
     def add(ids, labels):
-        graphs = predictor(ids, training=False)["graphs"]
+        graphs = ops.sharpen_graphs(predictor(ids, training=False)["graphs"], graph_temperature)
         if candidates:
             return (ids, {"packed_candidates": GraphMixture.candidate_matrices(
                 graphs, include_products, packed=True)}), labels

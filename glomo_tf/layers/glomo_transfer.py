@@ -5,7 +5,7 @@ import contextlib
 import keras
 import tensorflow as tf
 
-from glomo_tf import ops
+from glomo_tf import hparams, ops
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
 
@@ -45,6 +45,13 @@ class GlomoTransfer(keras.layers.Layer):
             graphs it holds below: see :class:`GraphMixture`). Exact when ``top_k`` is at least
             every row's number of sources. It saves time at long sequences only
             (``benchmarks/outputs/sparse_mixture.json``).
+        graph_temperature: None (default: the graphs as the predictor gives them) or a float
+            above 0: each row of the dense graphs raised to the power ``1 / graph_temperature``
+            and renormalised (:func:`glomo_tf.ops.sharpen_graphs`; below 1 sharper, above 1
+            flatter; with a softmax predictor exactly a softmax temperature), before ``top_k``.
+            Applies to graphs the layer gets dense (from its predictor or as a dense input);
+            graphs fed in the top-k or candidate form are used as given, so compute them with
+            the same temperature (``graph_cache.compute_graphs(..., graph_temperature=...)``).
 
     Call arguments:
         inputs: one of
@@ -85,7 +92,8 @@ class GlomoTransfer(keras.layers.Layer):
 
     def __init__(self, graph_predictor=None, num_mixtures=1, conditioned=True,
                  include_products=True, graph_mode="learned", units=None, fine_tune=False,
-                 dropout=0.0, propagation="auto", top_k=None, **kwargs):
+                 dropout=0.0, propagation="auto", top_k=None, graph_temperature=None,
+                 **kwargs):
         super().__init__(**kwargs)
         if graph_mode not in GRAPH_MODES:
             raise ValueError(f"graph_mode must be one of {GRAPH_MODES}, got {graph_mode!r}.")
@@ -110,6 +118,7 @@ class GlomoTransfer(keras.layers.Layer):
         if top_k is not None and int(top_k) < 1:
             raise ValueError(f"top_k must be None (dense graphs) or >= 1, got {top_k}.")
         self.top_k = None if top_k is None else int(top_k)
+        self.graph_temperature = hparams.check_graph_temperature(graph_temperature)
         object.__setattr__(self, "_fed_graphs", None)
         self.mixture = GraphMixture(num_mixtures, conditioned, include_products, graph_mode,
                                     propagation=propagation, dtype=self.dtype_policy,
@@ -212,8 +221,10 @@ class GlomoTransfer(keras.layers.Layer):
             graphs = self.graph_predictor(token_ids, training=predictor_training)["graphs"]
             if not self.fine_tune:
                 graphs = tf.stop_gradient(graphs)
-        if (self.top_k is not None and graphs is not None
-                and not isinstance(graphs, (list, tuple, dict))):
+        dense = graphs is not None and not isinstance(graphs, (list, tuple, dict))
+        if dense and self.graph_temperature is not None:
+            graphs = ops.sharpen_graphs(graphs, self.graph_temperature)
+        if dense and self.top_k is not None:
             graphs = ops.top_k_sources(graphs, self.top_k)
         features = tf.cast(features, self.compute_dtype)
         # [B, T, 2, mixtures, d], the mixtures' scales left to the fusion kernel (_gated)
@@ -302,6 +313,7 @@ class GlomoTransfer(keras.layers.Layer):
             "dropout": self.dropout,
             "propagation": self.propagation,
             "top_k": self.top_k,
+            "graph_temperature": self.graph_temperature,
         })
         return config
 

@@ -153,7 +153,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      num_mixtures=2, conditioned=True, include_products=True,
                      transfer_dropout=0.0, num_anchors=2,
                      reconstruct_length=4, predict_length=4, aux_weight=0.5, top_k=None,
-                     name=None):
+                     graph_temperature=None, name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -180,6 +180,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             variant's auxiliary tasks (see :class:`SharedPrivateRNN`); unused otherwise.
         top_k: None, or the sources per receiving unit the learned graphs keep
             (``GlomoTransfer``'s ``top_k``; GLoMo variants).
+        graph_temperature: None, or the temperature the learned graphs are sharpened (below 1)
+            or flattened (above 1) by (``GlomoTransfer``'s ``graph_temperature``; GLoMo variants).
         name: model name; default ``"classifier_<variant>"``.
 
     Returns:
@@ -197,7 +199,9 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                               num_mixtures=num_mixtures, conditioned=conditioned,
                               include_products=include_products, graph_mode=graph_mode,
                               dropout=transfer_dropout,
-                              top_k=top_k if graph_mode == "learned" else None, name=layer_name)
+                              top_k=top_k if graph_mode == "learned" else None,
+                              graph_temperature=(graph_temperature if graph_mode == "learned"
+                                                 else None), name=layer_name)
         return layer([features, token_ids])
 
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")

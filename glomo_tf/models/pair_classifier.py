@@ -74,7 +74,8 @@ class SoftAlignment(keras.layers.Layer):
 
 def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", graph_predictor=None,
                           embedding_dim=128, rnn_units=128, dropout=0.3, num_mixtures=2,
-                          transfer_dropout=0.0, top_k=None, name=None):
+                          transfer_dropout=0.0, top_k=None, graph_temperature=None,
+                          name=None):
     """A pair classifier ``[first ids [batch, Ta], second ids [batch, Tb]] -> class probabilities``.
 
     Args:
@@ -88,7 +89,8 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         rnn_units: GRU units per direction (encoder and composition), and the width of the
             composition's projection and of the classifier's hidden layer.
         dropout: after the embeddings, the projection and before both classifier layers.
-        num_mixtures, transfer_dropout, top_k: the :class:`GlomoTransfer` layers' settings.
+        num_mixtures, transfer_dropout, top_k, graph_temperature: the :class:`GlomoTransfer`
+            layers' settings.
         name: model name; default ``"pair_classifier_<variant>"``.
 
     Returns:
@@ -107,6 +109,7 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         transfer = GlomoTransfer(graph_predictor if learned else None, num_mixtures=num_mixtures,
                                  graph_mode="learned" if learned else "uniform",
                                  dropout=transfer_dropout, top_k=top_k if learned else None,
+                                 graph_temperature=graph_temperature if learned else None,
                                  name={"uniform": "uniform_graphs"}.get(variant, variant))
     embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
                                        name="embedding")
