@@ -27,9 +27,14 @@ from glomo_tf.precision import check_precision, precision_scope
 
 # Sentence-pair tasks (glomo_tf.models.build_pair_classifier; glomo_tf.data.pairs).
 PAIR_DATASETS = ("sick", "mrpc", "snli", "pairs")
-DATASETS = ("mr", "subj", "sst2", "sst5", "file", "listops", "imdb", "sst2_tfds") + PAIR_DATASETS
+# Reading comprehension (glomo_tf.reading; glomo_tf.models.build_reader; glomo_tf.data.squad).
+READING_DATASETS = ("squad",)
+DATASETS = (("mr", "subj", "sst2", "sst5", "file", "listops", "imdb", "sst2_tfds") + PAIR_DATASETS
+            + READING_DATASETS)
 # Datasets read from --file (and an optional --test-file).
 FILE_DATASETS = ("file", "listops", "pairs")
+# Datasets with a default file of their own that --file / --test-file may replace.
+OPTIONAL_FILE_DATASETS = READING_DATASETS
 TFDS_NAMES = {"imdb": "imdb_reviews", "sst2_tfds": "glue/sst2"}
 # Datasets read from files with an official split: train for training, dev for validation.
 SST_DATASETS = {"sst2": False, "sst5": True}  # name -> fine_grained
@@ -114,23 +119,26 @@ class TransferConfig:
                              f"{' '.join(hparams.VARIANTS)}.")
         if c.dataset in FILE_DATASETS and not c.file:
             raise ValueError(f"--dataset {c.dataset} needs --file PATH ({FILE_HELP[c.dataset]}).")
-        if c.file and c.dataset not in FILE_DATASETS:
-            raise ValueError(f"--file is read with --dataset {' / '.join(FILE_DATASETS)} only.")
-        if c.test_file and c.dataset not in FILE_DATASETS:
-            raise ValueError(f"--test-file is read with --dataset {' / '.join(FILE_DATASETS)} "
+        readers = FILE_DATASETS + OPTIONAL_FILE_DATASETS
+        if c.file and c.dataset not in readers:
+            raise ValueError(f"--file is read with --dataset {' / '.join(readers)} only.")
+        if c.test_file and c.dataset not in readers:
+            raise ValueError(f"--test-file is read with --dataset {' / '.join(readers)} "
                              "only (the other datasets have their own split).")
-        if c.dataset in PAIR_DATASETS:
+        if c.dataset in PAIR_DATASETS + READING_DATASETS:
             from glomo_tf.models.pair_classifier import PAIR_VARIANTS
 
+            kind = ("a sentence-pair task" if c.dataset in PAIR_DATASETS
+                    else "reading comprehension")
             other = [v for v in c.variants if v not in PAIR_VARIANTS]
             if other:
-                raise ValueError(f"--dataset {c.dataset} is a sentence-pair task: its variants "
+                raise ValueError(f"--dataset {c.dataset} is {kind}: its variants "
                                  f"are {' '.join(PAIR_VARIANTS)}, not {' '.join(other)}.")
             if c.split != "seeded":
                 raise ValueError(f"--dataset {c.dataset} runs --split seeded only.")
             if c.graph_cache:
-                raise ValueError(f"--dataset {c.dataset}: --graph-cache reads single texts; pair "
-                                 "tasks run the predictor on each sentence of every batch (leave "
+                raise ValueError(f"--dataset {c.dataset}: --graph-cache reads single texts; "
+                                 f"{kind} runs the predictor on each text of every batch (leave "
                                  "out --graph-cache).")
         if c.split not in SPLITS:
             raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {c.split!r}.")
@@ -316,19 +324,22 @@ def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learni
 
 
 # ---------------------------------------------------------------------------------- report
-def write_results(output_dir, config, runs, variants, split_description, metrics=()):
+def write_results(output_dir, config, runs, variants, split_description, metrics=(),
+                  primary="accuracy"):
     """Writes ``results.json`` (config, runs, summary) and ``results.md``; returns the Markdown.
 
-    ``metrics``: figures of the runs other than ``accuracy`` (``"f1"``, ``"test_hard_accuracy"``)
-    summarised the same way, under the summary's ``metrics``."""
-    summary = evaluation.summarize(runs, variants)
+    ``primary``: the runs' main figure (default ``accuracy``; ``exact_match`` for SQuAD), the
+    summary's top level. ``metrics``: other figures of the runs (``"f1"``,
+    ``"test_hard_accuracy"``) summarised the same way, under the summary's ``metrics``."""
+    summary = evaluation.summarize(runs, variants, metric=primary)
     if metrics:
         summary["metrics"] = {m: evaluation.summarize(runs, variants, metric=m) for m in metrics}
     import json
 
     with open(os.path.join(output_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump({"config": config, "runs": runs, "summary": summary}, handle, indent=2)
-    markdown = evaluation.format_markdown(summary, config["dataset"], split_description)
+    markdown = evaluation.format_markdown(summary, config["dataset"], split_description,
+                                          metric=primary)
     for metric in metrics:
         markdown += "\n" + evaluation.format_markdown(summary["metrics"][metric],
                                                       config["dataset"], split_description,
@@ -361,6 +372,10 @@ def run_transfer(config, record=None):
     with precision_scope(config.precision):
         if config.dataset in PAIR_DATASETS:
             return _run_pair_transfer(config, record)
+        if config.dataset in READING_DATASETS:
+            from glomo_tf.reading import run_reading
+
+            return run_reading(config, record)
         return _run_transfer(config, record)
 
 

@@ -41,6 +41,14 @@ Sentence pairs (``sick``, ``mrpc``, ``snli``, ``pairs``) run the pair classifier
 :mod:`glomo_tf.models.pair_classifier` (a shared encoder per sentence, ESIM-style alignment;
 variants ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``); two-class tasks also
 report the F1 of the second class (MRPC: paraphrase), SNLI the accuracy on its hard subset.
+
+Reading comprehension (``squad``) runs the BiDAF-style reader of :mod:`glomo_tf.models.reader`
+on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by article per seed;
+``--file`` / ``--test-file`` for your own), passages cut to ``--max-length`` units (use about
+300), and reports SQuAD's exact match and F1 (:mod:`glomo_tf.reading`)::
+
+    glomo transfer --run runs/books --dataset squad --max-length 300 --seeds 0 1 2 3 4 \
+        --output-dir runs/books/squad
 """
 
 import argparse
@@ -67,7 +75,8 @@ def register(subparsers):
                            "train/dev/test), file (your own, --file), listops (a ListOps file, "
                            "--file), imdb, sst2_tfds (tfds); sentence pairs: sick (SemEval "
                            "split), mrpc, snli (1%% train + dev, official test and its hard "
-                           "subset), pairs (your own, --file)")
+                           "subset), pairs (your own, --file); reading comprehension: "
+                           "squad (SQuAD v1.1, split by article)")
     data.add_argument("--data-dir", help="mr/subj/sst2/sst5: the folder holding the files "
                                          "(default: the project's ../shared/data); "
                                          "imdb/sst2_tfds: tfds data_dir")
@@ -75,15 +84,19 @@ def register(subparsers):
                                      "directory with one .txt file or sub-directory per class; "
                                      "--dataset listops: label<TAB>expression lines; --dataset "
                                      "pairs: a SICK or MRPC file as distributed, a .tsv/.csv with "
-                                     "sentence1, sentence2 and label columns, or SNLI .jsonl")
-    data.add_argument("--test-file", help="--dataset file/listops/pairs: a test file in --file's "
-                                          "format (default: a seeded 10%% of --file)")
+                                     "sentence1, sentence2 and label columns, or SNLI .jsonl; "
+                                     "--dataset squad: a SQuAD v1.1 .json file (default the "
+                                     "shared dev-v1.1.json)")
+    data.add_argument("--test-file", help="--dataset file/listops/pairs/squad: a test file in "
+                                          "--file's format (default: a seeded 10%% of --file; "
+                                          "squad: a seeded share of its articles)")
     data.add_argument("--text-column", default=D.text_column,
                       help="text column of --file (default text)")
     data.add_argument("--label-column", default=D.label_column,
                       help="label column of --file (default label)")
     data.add_argument("--max-length", type=int, default=D.max_length,
-                      help="units kept per text (default 64)")
+                      help="units kept per text (default 64; squad: per passage, use about "
+                           "300)")
     exp = parser.add_argument_group("experiment")
     exp.add_argument("--variants", nargs="+", default=list(D.variants), metavar="VARIANT",
                      help=f"any of {' '.join(hparams.VARIANTS)} (default {' '.join(D.variants)}); "

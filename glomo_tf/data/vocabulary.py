@@ -421,6 +421,12 @@ class Tokenizer(tf.Module):
         ids = self._table.lookup(units.flat_values)
         return units.with_flat_values(tf.cast(ids, tf.int32))
 
+    def lookup_units(self, units):
+        """int32 ids of unit strings (any shape, dense or ragged); unknown units -> 1."""
+        if isinstance(units, tf.RaggedTensor):
+            return units.with_flat_values(self.lookup_units(units.flat_values))
+        return tf.cast(self._table.lookup(tf.convert_to_tensor(units, tf.string)), tf.int32)
+
     def _units(self, strings):
         words = self._split(strings)
         if not self.subword:
@@ -438,12 +444,32 @@ def split_words(strings, splitter="whitespace", lowercase=False):
     Invalid UTF-8 is replaced by U+FFFD, then the text is optionally lowercased and split by the
     tensorflow-text kernel of ``splitter`` (whitespace is dropped).
     """
-    if splitter not in SPLITTERS:
-        raise ValueError(f"splitter must be one of {SPLITTERS}, got {splitter!r}.")
     strings = tf.strings.unicode_transcode(
         strings, "UTF-8", "UTF-8", errors="replace", replacement_char=REPLACEMENT_CHARACTER)
     if lowercase:
         strings = tf.strings.lower(strings, encoding="utf-8")
+    words, _, _ = _split_with_offsets(strings, splitter)
+    return words
+
+
+def split_words_with_offsets(strings, splitter="whitespace", lowercase=False):
+    """``(words, starts, ends)``: :func:`split_words`' words of ``[batch]`` strings and each
+    word's ``[start, end)`` in characters (Unicode code points, Python ``str`` indices) of its
+    string, all ragged ``[batch, (words)]``. The split runs on the text as given and the words
+    are lowercased after it, so the offsets point into the original strings (the words equal
+    :func:`split_words`' wherever lowercasing keeps a text's length in code points)."""
+    strings = tf.strings.unicode_transcode(
+        tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8", errors="replace",
+        replacement_char=REPLACEMENT_CHARACTER)
+    words, starts, ends = _split_with_offsets(strings, splitter)
+    if lowercase:
+        words = tf.ragged.map_flat_values(tf.strings.lower, words, encoding="utf-8")
+    return words, starts, ends
+
+
+def _split_with_offsets(strings, splitter):
+    if splitter not in SPLITTERS:
+        raise ValueError(f"splitter must be one of {SPLITTERS}, got {splitter!r}.")
     # The whitespace kernel crashes the process when a batch yields no word at all (an empty batch,
     # or only blank strings): a sentinel row holding one word is appended, and dropped below.
     strings = tf.concat([strings, tf.constant(["_"])], axis=0)
@@ -455,10 +481,12 @@ def split_words(strings, splitter="whitespace", lowercase=False):
         outputs = _unicode_script.gen_unicode_script_tokenizer.unicode_script_tokenize_with_offsets(
             input_values=codepoints.flat_values, input_splits=codepoints.row_splits,
             keep_whitespace=False)
-    values, inner_splits, _, _, outer_splits = outputs
+    values, inner_splits, starts, ends, outer_splits = outputs
     words = tf.RaggedTensor.from_nested_row_splits(values, [outer_splits, inner_splits],
                                                    validate=False)
-    return tf.strings.unicode_encode(words, "UTF-8")[:-1]
+    starts, ends = (tf.RaggedTensor.from_row_splits(x, outer_splits, validate=False)[:-1]
+                    for x in (starts, ends))
+    return tf.strings.unicode_encode(words, "UTF-8")[:-1], starts, ends
 
 
 def check_vocabulary_matches(vocabulary, model):

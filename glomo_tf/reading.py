@@ -1,0 +1,212 @@
+"""``glomo transfer --dataset squad``: the reader of :mod:`glomo_tf.models.reader` with and without
+transferred graphs on SQuAD v1.1, over paired seeds, resumable, with the official EM and F1.
+
+The data is one SQuAD-v1.1-format file (default: the shared ``squad/dev-v1.1.json``) split by
+article per seed (:func:`glomo_tf.data.squad.split_articles`: 75% training, 1/12 development, the
+rest testing), or a training file and a ``--test-file`` (the training file's articles then split
+90 / 10 into training and development). Passages are cut to ``--max-length`` units; training
+uses each question's first gold answer (answers past the cap are left out of training and
+counted); the development F1 chooses the epoch (early stopping with ``--patience``); test
+answers are the best spans (``s <= e < s + 30``) scored against every gold answer.
+"""
+
+import os
+import time
+
+import numpy as np
+
+from glomo_tf.data import squad
+
+QUESTION_UNITS = 48
+MAX_ANSWER_UNITS = 30
+PRIMARY, METRICS = "exact_match", ("f1",)
+
+
+def load_reading_task(config):
+    """``(questions, test_questions or None)`` of a squad ``config``."""
+    from glomo_tf.data.labeled import shared_data_dir
+
+    path = config.file or os.path.join(config.data_dir or os.path.join(shared_data_dir(), "squad"),
+                                       "dev-v1.1.json")
+    if not os.path.exists(path):
+        raise ValueError(f"SQuAD file {path} not found: pass --file PATH (a SQuAD v1.1 JSON "
+                         "file) or --data-dir holding dev-v1.1.json.")
+    questions = squad.load_squad(path)
+    test = squad.load_squad(config.test_file) if config.test_file else None
+    return questions, test
+
+
+def reading_splits(questions, test, seed):
+    """``(train, development, test)`` question lists for one seed."""
+    if test is None:
+        parts = squad.split_articles(questions, seed)
+        return tuple([questions[i] for i in part] for part in parts)
+    train, development, _ = squad.split_articles(questions, seed, fractions=(0.9, 0.1 - 1e-9))
+    development = np.union1d(development, _)
+    return [questions[i] for i in train], [questions[i] for i in development], test
+
+
+def answer_texts(encoded, questions, spans):
+    """The passage text of each predicted unit span (the characters from the first unit's start
+    to the last unit's end)."""
+    return [q.context[encoded.offsets[i, s, 0]:encoded.offsets[i, e, 1]]
+            for i, (q, (s, e)) in enumerate(zip(questions, spans))]
+
+
+def _batches(encoded, rows, batch_size, seed=None):
+    """``tf.data`` batches ``((passages, questions), (starts, ends))`` of ``rows``, each cut to its
+    longest passage and question; with ``seed`` shuffled into length-sorted chunks anew every
+    epoch, without it in length order (returns ``(dataset, order)``)."""
+    import tensorflow as tf
+
+    from glomo_tf.data.batching import sequence_lengths
+
+    p_lengths = np.maximum(sequence_lengths(encoded.passages[rows]), 1)
+    q_lengths = np.maximum(sequence_lengths(encoded.questions[rows]), 1)
+    rng = np.random.default_rng(seed)
+
+    def order():
+        if seed is None:
+            return [np.argsort(p_lengths, kind="stable")]
+        shuffled = rng.permutation(len(rows))
+        chunk = 20 * batch_size
+        return [part[np.argsort(p_lengths[part], kind="stable")]
+                for part in np.array_split(shuffled, max(1, -(-len(rows) // chunk)))]
+
+    def batches():
+        cut = [o[i:i + batch_size] for o in order() for i in range(0, len(o), batch_size)]
+        if seed is not None:
+            cut = [cut[i] for i in rng.permutation(len(cut))]
+        for part in cut:
+            index = rows[part]
+            yield ((encoded.passages[index, :p_lengths[part].max()],
+                    encoded.questions[index, :q_lengths[part].max()]),
+                   (encoded.spans[index, 0], encoded.spans[index, 1]))
+
+    spec = ((tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)),
+            (tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
+    count = -(-len(rows) // batch_size) if seed is None else sum(
+        -(-len(part) // batch_size) for part in np.array_split(
+            np.arange(len(rows)), max(1, -(-len(rows) // (20 * batch_size)))))
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    return dataset.prefetch(2), (order()[0] if seed is None else None)
+
+
+def predict_spans(model, encoded, batch_size):
+    """``[N, 2]`` best unit spans of every question of ``encoded``."""
+    import scipy.special
+
+    rows = np.arange(len(encoded.passages))
+    data, order = _batches(encoded, rows, batch_size)
+    spans = np.zeros((len(rows), 2), "int64")
+    done = 0
+    for (passages, questions), _ in data:
+        start, end = model.predict_on_batch([passages, questions])
+        part = order[done:done + len(start)]
+        spans[part] = squad.best_spans(scipy.special.softmax(start, axis=-1),
+                                       scipy.special.softmax(end, axis=-1), MAX_ANSWER_UNITS)
+        done += len(start)
+    return spans
+
+
+def train_and_evaluate_reader(model, train, development, test, *, learning_rate=1e-3,
+                              patience=2, epochs=10, batch_size=32, verbose=1, seed=0):
+    """Fits ``model`` on ``train`` (``(Encoded, questions)``; questions with an answer inside the
+    cap), early-stopped on the development F1; returns ``({"exact_match", "f1"} of the test
+    questions as fractions, epochs run, predicted test answers)``."""
+    import keras
+
+    encoded, _ = train
+    rows = np.flatnonzero(encoded.spans[:, 0] >= 0)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=[loss, loss])
+
+    class DevelopmentScores(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            dev_encoded, dev_questions = development
+            texts = answer_texts(dev_encoded, dev_questions,
+                                 predict_spans(self.model, dev_encoded, 2 * batch_size))
+            scores = squad.squad_scores(texts, dev_questions)
+            logs["val_exact_match"], logs["val_f1"] = scores["exact_match"], scores["f1"]
+            if verbose:
+                print(f"   development EM {scores['exact_match']:.2f}, F1 {scores['f1']:.2f}")
+
+    stop = keras.callbacks.EarlyStopping(monitor="val_f1", mode="max", patience=patience,
+                                         restore_best_weights=True)
+    history = model.fit(_batches(encoded, rows, batch_size, seed)[0], epochs=epochs,
+                        shuffle=False,  # the batches reshuffle themselves every epoch
+                        callbacks=[DevelopmentScores(), stop], verbose=verbose)
+    test_encoded, test_questions = test
+    texts = answer_texts(test_encoded, test_questions,
+                         predict_spans(model, test_encoded, 2 * batch_size))
+    scores = squad.squad_scores(texts, test_questions)
+    return ({k: v / 100.0 for k, v in scores.items()}, len(history.history["loss"]), texts)
+
+
+def run_reading(config, record):
+    """The comparison of :func:`glomo_tf.experiments.run_transfer` for ``--dataset squad``."""
+    from glomo_tf import experiments
+    from glomo_tf.models.reader import build_reader
+
+    questions, test_file_questions = load_reading_task(config)
+    saved_config, runs, done = experiments._prepare_output(config, record, [])
+    predictor, tokenizer = experiments._load_pretrained(config)
+    split_description = ("a training file (90 / 10 by article) and a test file"
+                         if test_file_questions else "seeded split by article (75% / 1/12 / rest)")
+    training = experiments._announce(
+        config, f"{len(questions)} questions, {len({q.article for q in questions})} articles",
+        split_description, runs)
+    training["batch_size"] = config.batch_size
+    import keras
+
+    from glomo_tf.data.vocabulary import Tokenizer
+
+    markdown = ""
+    for seed in config.seeds:
+        if all((variant, seed, None) in done for variant in config.variants):
+            continue
+        train_q, development_q, test_q = reading_splits(questions, test_file_questions, seed)
+        encoder = tokenizer or Tokenizer.build(
+            list(dict.fromkeys(q.context for q in train_q)) + [q.question for q in train_q],
+            splitter="unicode_script", lowercase=True)
+        parts = [(squad.encode_questions(encoder, part, config.max_length, QUESTION_UNITS), part)
+                 for part in (train_q, development_q, test_q)]
+        answered = int((parts[0][0].spans[:, 0] >= 0).sum())
+        print(f"seed {seed}: {len(train_q)} / {len(development_q)} / {len(test_q)} questions; "
+              f"{answered} training answers inside {config.max_length} units "
+              f"({parts[0][0].beyond} beyond the cap, left out; {parts[0][0].inexact} not on unit "
+              "boundaries, widened to the units they touch)")
+        for variant in config.variants:
+            if (variant, seed, None) in done:
+                continue
+            print(f"\n== squad | {variant} | seed {seed}")
+            keras.utils.set_random_seed(seed)
+            model = build_reader(encoder.vocabulary_size, variant, graph_predictor=predictor,
+                                 embedding_dim=config.embedding_dim, rnn_units=config.rnn_units,
+                                 dropout=config.dropout, num_mixtures=config.num_mixtures,
+                                 transfer_dropout=config.transfer_dropout, top_k=config.top_k,
+                                 graph_temperature=config.graph_temperature)
+            start = time.perf_counter()
+            scores, epochs_run, texts = train_and_evaluate_reader(model, *parts, seed=seed,
+                                                                  **training)
+            seconds = time.perf_counter() - start
+            run = {"dataset": "squad", "variant": variant, "seed": seed, "fold": None,
+                   **scores, "epochs_run": epochs_run,
+                   "seconds": round(seconds, 3), "train_examples": answered,
+                   "validation_examples": len(development_q), "test_examples": len(test_q),
+                   "examples": [{"id": q.id, "question": q.question, "predicted": t,
+                                 "gold": list(q.answers)} for q, t in zip(test_q[:5], texts)]}
+            print(f"   test EM {100 * scores['exact_match']:.2f}, F1 {100 * scores['f1']:.2f} "
+                  f"after {epochs_run} epoch(s), {seconds:.1f}s")
+            runs.append(run)
+            markdown = experiments.write_results(config.output_dir, saved_config, runs,
+                                                 saved_config["variants"], split_description,
+                                                 metrics=METRICS, primary=PRIMARY)
+            if config.save_models:
+                experiments._save_model(model, config.output_dir, variant, seed, None)
+    if not markdown:
+        markdown = experiments.write_results(config.output_dir, saved_config, runs,
+                                             saved_config["variants"], split_description,
+                                             metrics=METRICS, primary=PRIMARY)
+    return markdown
