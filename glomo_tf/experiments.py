@@ -136,7 +136,7 @@ class TransferConfig:
                                  f"are {' '.join(PAIR_VARIANTS)}, not {' '.join(other)}.")
             if c.split != "seeded":
                 raise ValueError(f"--dataset {c.dataset} runs --split seeded only.")
-            if c.graph_cache:
+            if c.graph_cache and c.dataset in PAIR_DATASETS:
                 raise ValueError(f"--dataset {c.dataset}: --graph-cache reads single texts; "
                                  f"{kind} runs the predictor on each text of every batch (leave "
                                  "out --graph-cache).")

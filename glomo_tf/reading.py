@@ -8,6 +8,11 @@ rest testing), or a training file and a ``--test-file`` (the training file's art
 uses each question's first gold answer (answers past the cap are left out of training and
 counted); the development F1 chooses the epoch (early stopping with ``--patience``); test
 answers are the best spans (``s <= e < s + 30``) scored against every gold answer.
+
+``--graph-cache``: the GLoMo variants read the frozen predictor's graphs of the fixed passages,
+computed once for every passage of the file(s) (:func:`glomo_tf.data.graph_cache.compute_graphs`,
+dense), through the reader's ``passage_graphs`` input; the questions' graphs are computed on
+every batch (they are short). Results agree with the online path to float round-off.
 """
 
 import os
@@ -15,6 +20,7 @@ import time
 
 import numpy as np
 
+from glomo_tf import hparams
 from glomo_tf.data import squad
 
 QUESTION_UNITS = 48
@@ -53,13 +59,16 @@ def answer_texts(encoded, questions, spans):
             for i, (q, (s, e)) in enumerate(zip(questions, spans))]
 
 
-def _batches(encoded, rows, batch_size, seed=None):
+def _batches(encoded, rows, batch_size, seed=None, graphs=None):
     """``tf.data`` batches ``((passages, questions), (starts, ends))`` of ``rows``, each cut to its
     longest passage and question; with ``seed`` shuffled into length-sorted chunks anew every
-    epoch, without it in length order (returns ``(dataset, order)``)."""
+    epoch, without it in length order (returns ``(dataset, order)``). ``graphs``: None, or
+    ``(cache, passage_rows)``, a dense graph cache of the passages and each question's row in it:
+    the batches then hold ``(passages, questions, passage graphs)``."""
     import tensorflow as tf
 
     from glomo_tf.data.batching import sequence_lengths
+    from glomo_tf.data.graph_cache import batch_of
 
     p_lengths = np.maximum(sequence_lengths(encoded.passages[rows]), 1)
     q_lengths = np.maximum(sequence_lengths(encoded.questions[rows]), 1)
@@ -79,12 +88,18 @@ def _batches(encoded, rows, batch_size, seed=None):
             cut = [cut[i] for i in rng.permutation(len(cut))]
         for part in cut:
             index = rows[part]
-            yield ((encoded.passages[index, :p_lengths[part].max()],
-                    encoded.questions[index, :q_lengths[part].max()]),
-                   (encoded.spans[index, 0], encoded.spans[index, 1]))
+            width = p_lengths[part].max()
+            texts = (encoded.passages[index, :width],
+                     encoded.questions[index, :q_lengths[part].max()])
+            if graphs is not None:
+                cache, passage_rows = graphs
+                texts += (batch_of(cache, passage_rows[index], width),)
+            yield texts, (encoded.spans[index, 0], encoded.spans[index, 1])
 
-    spec = ((tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)),
-            (tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
+    text_spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32))
+    if graphs is not None:
+        text_spec += (tf.TensorSpec([None, *graphs[0].shape, None, None], tf.float32),)
+    spec = (text_spec, (tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
     count = -(-len(rows) // batch_size) if seed is None else sum(
         -(-len(part) // batch_size) for part in np.array_split(
             np.arange(len(rows)), max(1, -(-len(rows) // (20 * batch_size)))))
@@ -93,16 +108,17 @@ def _batches(encoded, rows, batch_size, seed=None):
     return dataset.prefetch(2), (order()[0] if seed is None else None)
 
 
-def predict_spans(model, encoded, batch_size):
-    """``[N, 2]`` best unit spans of every question of ``encoded``."""
+def predict_spans(model, encoded, batch_size, graphs=None):
+    """``[N, 2]`` best unit spans of every question of ``encoded`` (``graphs``: as
+    :func:`_batches`', for a reader with the ``passage_graphs`` input)."""
     import scipy.special
 
     rows = np.arange(len(encoded.passages))
-    data, order = _batches(encoded, rows, batch_size)
+    data, order = _batches(encoded, rows, batch_size, graphs=graphs)
     spans = np.zeros((len(rows), 2), "int64")
     done = 0
-    for (passages, questions), _ in data:
-        start, end = model.predict_on_batch([passages, questions])
+    for texts, _ in data:
+        start, end = model.predict_on_batch(list(texts))
         part = order[done:done + len(start)]
         spans[part] = squad.best_spans(scipy.special.softmax(start, axis=-1),
                                        scipy.special.softmax(end, axis=-1), MAX_ANSWER_UNITS)
@@ -111,11 +127,19 @@ def predict_spans(model, encoded, batch_size):
 
 
 def train_and_evaluate_reader(model, train, development, test, *, learning_rate=1e-3,
-                              patience=2, epochs=10, batch_size=32, verbose=1, seed=0):
+                              patience=2, epochs=10, batch_size=32, verbose=1, seed=0,
+                              graphs=None):
     """Fits ``model`` on ``train`` (``(Encoded, questions)``; questions with an answer inside the
     cap), early-stopped on the development F1; returns ``({"exact_match", "f1"} of the test
-    questions as fractions, epochs run, predicted test answers)``."""
+    questions as fractions, epochs run, predicted test answers)``. ``graphs``: None, or
+    ``(cache, {context: row})`` for a reader with the ``passage_graphs`` input."""
     import keras
+
+    def fed(part):
+        if graphs is None:
+            return None
+        cache, row_of = graphs
+        return cache, np.array([row_of[q.context] for q in part[1]], "int64")
 
     encoded, _ = train
     rows = np.flatnonzero(encoded.spans[:, 0] >= 0)
@@ -126,7 +150,8 @@ def train_and_evaluate_reader(model, train, development, test, *, learning_rate=
         def on_epoch_end(self, epoch, logs=None):
             dev_encoded, dev_questions = development
             texts = answer_texts(dev_encoded, dev_questions,
-                                 predict_spans(self.model, dev_encoded, 2 * batch_size))
+                                 predict_spans(self.model, dev_encoded, 2 * batch_size,
+                                               fed(development)))
             scores = squad.squad_scores(texts, dev_questions)
             logs["val_exact_match"], logs["val_f1"] = scores["exact_match"], scores["f1"]
             if verbose:
@@ -134,12 +159,12 @@ def train_and_evaluate_reader(model, train, development, test, *, learning_rate=
 
     stop = keras.callbacks.EarlyStopping(monitor="val_f1", mode="max", patience=patience,
                                          restore_best_weights=True)
-    history = model.fit(_batches(encoded, rows, batch_size, seed)[0], epochs=epochs,
+    history = model.fit(_batches(encoded, rows, batch_size, seed, fed(train))[0], epochs=epochs,
                         shuffle=False,  # the batches reshuffle themselves every epoch
                         callbacks=[DevelopmentScores(), stop], verbose=verbose)
     test_encoded, test_questions = test
     texts = answer_texts(test_encoded, test_questions,
-                         predict_spans(model, test_encoded, 2 * batch_size))
+                         predict_spans(model, test_encoded, 2 * batch_size, fed(test)))
     scores = squad.squad_scores(texts, test_questions)
     return ({k: v / 100.0 for k, v in scores.items()}, len(history.history["loss"]), texts)
 
@@ -162,6 +187,22 @@ def run_reading(config, record):
 
     from glomo_tf.data.vocabulary import Tokenizer
 
+    import functools
+
+    @functools.cache
+    def passage_cache():
+        """``(cache, {context: row})``: the predictor's dense graphs of every passage of the
+        file(s), computed when the first cached run needs them."""
+        from glomo_tf.data.graph_cache import compute_graphs
+
+        start = time.perf_counter()
+        contexts = list(dict.fromkeys(q.context for q in questions + (test_file_questions or [])))
+        ids = tokenizer.encode(contexts, max_length=config.max_length).numpy()
+        cache = compute_graphs(predictor, ids)
+        print(f"Graph cache: {len(cache)} passages, {cache.nbytes / 2 ** 20:.1f} MiB, "
+              f"{time.perf_counter() - start:.1f}s")
+        return cache, {context: row for row, context in enumerate(contexts)}
+
     markdown = ""
     for seed in config.seeds:
         if all((variant, seed, None) in done for variant in config.variants):
@@ -182,14 +223,19 @@ def run_reading(config, record):
                 continue
             print(f"\n== squad | {variant} | seed {seed}")
             keras.utils.set_random_seed(seed)
-            model = build_reader(encoder.vocabulary_size, variant, graph_predictor=predictor,
-                                 embedding_dim=config.embedding_dim, rnn_units=config.rnn_units,
-                                 dropout=config.dropout, num_mixtures=config.num_mixtures,
-                                 transfer_dropout=config.transfer_dropout, top_k=config.top_k,
-                                 graph_temperature=config.graph_temperature)
+            cached = (config.graph_cache and predictor is not None
+                      and variant in hparams.PREDICTOR_VARIANTS)
+            settings = dict(graph_predictor=predictor, embedding_dim=config.embedding_dim,
+                            rnn_units=config.rnn_units, dropout=config.dropout,
+                            num_mixtures=config.num_mixtures,
+                            transfer_dropout=config.transfer_dropout, top_k=config.top_k,
+                            graph_temperature=config.graph_temperature)
+            model = build_reader(encoder.vocabulary_size, variant, passage_graphs=cached,
+                                 **settings)
             start = time.perf_counter()
-            scores, epochs_run, texts = train_and_evaluate_reader(model, *parts, seed=seed,
-                                                                  **training)
+            scores, epochs_run, texts = train_and_evaluate_reader(
+                model, *parts, seed=seed, graphs=passage_cache() if cached else None,
+                **training)
             seconds = time.perf_counter() - start
             run = {"dataset": "squad", "variant": variant, "seed": seed, "fold": None,
                    **scores, "epochs_run": epochs_run,
@@ -204,6 +250,10 @@ def run_reading(config, record):
                                                  saved_config["variants"], split_description,
                                                  metrics=METRICS, primary=PRIMARY)
             if config.save_models:
+                if cached:  # the saved reader computes its own graphs from token ids
+                    online = build_reader(encoder.vocabulary_size, variant, **settings)
+                    online.set_weights(model.get_weights())
+                    model = online
                 experiments._save_model(model, config.output_dir, variant, seed, None)
     if not markdown:
         markdown = experiments.write_results(config.output_dir, saved_config, runs,

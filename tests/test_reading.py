@@ -74,11 +74,26 @@ def test_squad_end_to_end_learns_the_planted_answers_and_resumes(reading_task, c
     assert cli.main([*argv, "--resume"]) == 0
     assert "== squad" not in capsys.readouterr().out
     assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]
+    # the passages' graphs cached: the online run's scores and epochs (float round-off apart)
+    cached_out = root / "cached"
+    cached_argv = [a for a in argv if a != "baseline"]
+    cached_argv[cached_argv.index(str(out))] = str(cached_out)
+    assert cli.main([*cached_argv, "--graph-cache", "--save-models"]) == 0
+    assert "Graph cache: 36 passages" in capsys.readouterr().out
+    cached_run, = json.loads((cached_out / "results.json").read_text())["runs"]
+    online_run = results["runs"][1]
+    for key in ("exact_match", "f1", "epochs_run"):
+        assert cached_run[key] == pytest.approx(online_run[key], abs=1e-9), key
+    # the saved reader computes its own graphs: two inputs, token ids only
+    import keras
+
+    saved = keras.saving.load_model(cached_out / "models" / "glomo_rnn-seed0.keras")
+    assert [tuple(i.shape) for i in saved.inputs] == [(None, None), (None, None)]
 
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--variants", "cn3"], "is reading comprehension: its variants are"),
-    (["--variants", "baseline", "--graph-cache"], "--graph-cache reads single texts"),
+    (["--variants", "baseline", "--split", "kfold"], "runs --split seeded only"),
     (["--variants", "baseline", "--file", "MISSING"], "SQuAD file MISSING not found"),
     (["--variants", "baseline", "--file", "NOTJSON"], "is not JSON"),
 ])

@@ -4,6 +4,7 @@ inference and the reader's attention layers, against hand-made cases and NumPy."
 import itertools
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -251,3 +252,35 @@ def test_reader_module_example_runs():
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.attempted >= 4 and result.failed == 0
+
+
+@pytest.mark.parametrize("variant", ["glomo_embeddings", "glomo_rnn"])
+def test_reader_fed_passage_graphs_matches_the_online_reader(variant):
+    """passage_graphs=True: the predictor's passage graphs as an input give the online reader's
+    outputs, its weights carried over by set_weights (questions' graphs still computed)."""
+    from glomo_tf import GraphPredictor
+    from glomo_tf.models.reader import build_reader
+
+    predictor = GraphPredictor(30, 8, num_layers=2, num_heads=2, conv_layers=1)
+    online = build_reader(30, variant, graph_predictor=predictor, embedding_dim=6, rnn_units=4,
+                          graph_temperature=0.5)
+    fed = build_reader(30, variant, graph_predictor=predictor, embedding_dim=6, rnn_units=4,
+                       graph_temperature=0.5, passage_graphs=True)
+    def layout(model):  # paths without Keras' automatic numbering, and shapes
+        return [(re.sub(r"_\d+", "", w.path), tuple(w.shape)) for w in model.weights]
+
+    assert layout(fed) == layout(online)
+    fed.set_weights(online.get_weights())
+    passages = np.array([[3, 4, 5, 6, 7, 8], [8, 9, 2, 0, 0, 0]], "int32")
+    questions = np.array([[10, 11, 0], [12, 13, 14]], "int32")
+    graphs = predictor(passages, training=False)["graphs"].numpy()
+    assert np.count_nonzero(graphs)
+    for got, expected in zip(fed([passages, questions, graphs]), online([passages, questions])):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+    # other graphs move the outputs: the fed graphs are used
+    other = np.random.default_rng(0).uniform(0.1, 1.0, graphs.shape) * (graphs > 0)
+    other = (other / np.maximum(other.sum(-1, keepdims=True), 1e-9)).astype("float32")
+    assert not np.allclose(fed([passages, questions, other])[0].numpy(),
+                           online([passages, questions])[0].numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="passage_graphs feeds a predictor's graphs"):
+        build_reader(30, "uniform", passage_graphs=True)

@@ -135,7 +135,7 @@ class SpanLogits(keras.layers.Layer):
 
 def build_reader(vocabulary_size, variant="baseline", graph_predictor=None, embedding_dim=64,
                  rnn_units=64, dropout=0.2, num_mixtures=2, transfer_dropout=0.0, top_k=None,
-                 graph_temperature=None, name=None):
+                 graph_temperature=None, passage_graphs=False, name=None):
     """A reader ``[passage ids [batch, Tp], question ids [batch, Tq]] -> [start logits, end
     logits]``, both ``[batch, Tp]`` (padding at ``-1e9``): train both with a sparse categorical
     cross-entropy from logits on the answer's first and last unit.
@@ -151,6 +151,11 @@ def build_reader(vocabulary_size, variant="baseline", graph_predictor=None, embe
         dropout: after the embeddings and the projection.
         num_mixtures, transfer_dropout, top_k, graph_temperature: the :class:`GlomoTransfer`
             layers' settings.
+        passage_graphs: bool (GLoMo variants): the model takes a third input, the predictor's
+            dense graphs of the passages ``[batch, 2, L, K, Tp, Tp]`` computed beforehand (a
+            :mod:`glomo_tf.data.graph_cache` of the fixed passages), and runs the predictor on
+            the questions only. Its weights are those of the model without it (same layers, same
+            names: ``set_weights`` carries them over), its outputs the same to float round-off.
         name: model name; default ``"reader_<variant>"``.
     """
     if variant not in READER_VARIANTS:
@@ -159,6 +164,9 @@ def build_reader(vocabulary_size, variant="baseline", graph_predictor=None, embe
     learned = variant in PREDICTOR_VARIANTS
     if learned:
         check_graph_predictor(variant, graph_predictor, vocabulary_size)
+    if passage_graphs and not learned:
+        raise ValueError(f"passage_graphs feeds a predictor's graphs: variants "
+                         f"{' / '.join(PREDICTOR_VARIANTS)}, not {variant!r}.")
     transfer = None
     if variant != "baseline":
         transfer = GlomoTransfer(graph_predictor if learned else None, num_mixtures=num_mixtures,
@@ -172,19 +180,27 @@ def build_reader(vocabulary_size, variant="baseline", graph_predictor=None, embe
     encoder = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),
                                          name="encoder_bigru")
 
-    def encode(ids):
+    def encode(ids, graphs=None):
+        """``graphs``: the text's graphs given as an input instead of computed from ``ids``."""
+        source = ids if graphs is None else graphs
         h = embedding(ids)
         if variant in ("glomo_embeddings", "uniform"):
-            h = transfer([h, ids])
+            h = transfer([h, source])
         h = encoder(embedding_dropout(h))
         if variant == "glomo_rnn":
-            h = transfer([h, ids])
+            h = transfer([h, source])
         return h
 
     passage_ids = keras.Input((None,), dtype="int32", name="passage_ids")
     question_ids = keras.Input((None,), dtype="int32", name="question_ids")
+    inputs = [passage_ids, question_ids]
+    graphs = None
+    if passage_graphs:
+        graphs = keras.Input((2, graph_predictor.num_layers, graph_predictor.num_heads, None,
+                              None), name="passage_graphs")
+        inputs.append(graphs)
     g = BiAttention(name="bi_attention")(
-        [encode(passage_ids), encode(question_ids), passage_ids, question_ids])
+        [encode(passage_ids, graphs), encode(question_ids), passage_ids, question_ids])
     g = keras.layers.Dense(2 * rnn_units, activation="relu", name="projection")(g)
     g = keras.layers.Dropout(dropout, name="projection_dropout")(g)
     g = PassageSelfAttention(name="self_attention")([g, passage_ids])
@@ -195,4 +211,4 @@ def build_reader(vocabulary_size, variant="baseline", graph_predictor=None, embe
     start = SpanLogits(name="start")([m, passage_ids])
     end = SpanLogits(name="end")([keras.layers.Concatenate(name="end_features")([m, m_end]),
                                   passage_ids])
-    return keras.Model([passage_ids, question_ids], [start, end], name=name or f"reader_{variant}")
+    return keras.Model(inputs, [start, end], name=name or f"reader_{variant}")
