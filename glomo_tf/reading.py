@@ -2,10 +2,12 @@
 transferred graphs on SQuAD v1.1, over paired seeds, resumable, with the official EM and F1.
 
 The data is one SQuAD-v1.1-format file (default: the shared ``squad/dev-v1.1.json``) split by
-article per seed (:func:`glomo_tf.data.squad.split_articles`: 75% training, 1/12 development, the
-rest testing), or a training file and a ``--test-file`` (the training file's articles then split
-90 / 10 into training and development). Passages are cut to ``--max-length`` units; training
-uses each question's first gold answer (answers past the cap are left out of training and
+article (:func:`glomo_tf.data.squad.split_articles` with :data:`SPLIT_SEED`: 75% training, 1/12
+development, the rest testing; one split for every seed, so that a predictor can be pretrained on
+the training articles' passages alone, :func:`training_passages`), or a training file and a
+``--test-file`` (the training file's articles then split 90 / 10 into training and
+development). The seeds vary the initial weights and the order of the batches. Passages are
+cut to ``--max-length`` units; training uses each question's first gold answer (answers past the cap are left out of training and
 counted); the development F1 chooses the epoch (early stopping with ``--patience``); test
 answers are the best spans (``s <= e < s + 30``) scored against every gold answer.
 
@@ -15,6 +17,7 @@ dense), through the reader's ``passage_graphs`` input; the questions' graphs are
 every batch (they are short). Results agree with the online path to float round-off.
 """
 
+import functools
 import os
 import time
 
@@ -24,6 +27,7 @@ from glomo_tf import hparams
 from glomo_tf.data import squad
 
 QUESTION_UNITS = 48
+SPLIT_SEED = 0
 MAX_ANSWER_UNITS = 30
 PRIMARY, METRICS = "exact_match", ("f1",)
 
@@ -42,14 +46,24 @@ def load_reading_task(config):
     return questions, test
 
 
-def reading_splits(questions, test, seed):
-    """``(train, development, test)`` question lists for one seed."""
+def reading_splits(questions, test):
+    """``(train, development, test)`` question lists (the article split of :data:`SPLIT_SEED`)."""
     if test is None:
-        parts = squad.split_articles(questions, seed)
+        parts = squad.split_articles(questions, SPLIT_SEED)
         return tuple([questions[i] for i in part] for part in parts)
-    train, development, _ = squad.split_articles(questions, seed, fractions=(0.9, 0.1 - 1e-9))
+    train, development, _ = squad.split_articles(questions, SPLIT_SEED,
+                                                 fractions=(0.9, 0.1 - 1e-9))
     development = np.union1d(development, _)
     return [questions[i] for i in train], [questions[i] for i in development], test
+
+
+def training_passages(path, test_file=None):
+    """The distinct passages of the training articles of ``path`` (the split
+    :func:`run_reading` trains on), in file order: the unlabelled text a predictor for this task
+    may be pretrained on without seeing a development or test passage."""
+    questions = squad.load_squad(path)
+    test = squad.load_squad(test_file) if test_file else None
+    return list(dict.fromkeys(q.context for q in reading_splits(questions, test)[0]))
 
 
 def answer_texts(encoded, questions, spans):
@@ -169,94 +183,97 @@ def train_and_evaluate_reader(model, train, development, test, *, learning_rate=
     return ({k: v / 100.0 for k, v in scores.items()}, len(history.history["loss"]), texts)
 
 
+def encode_splits(questions, test_questions, tokenizer, max_length):
+    """``(tokenizer, [(Encoded, questions)] * 3, answered)``: the training, development and test
+    splits encoded (``tokenizer`` None: one built from the training passages and questions), and
+    the training questions whose answer lies inside ``max_length`` units."""
+    from glomo_tf.data.vocabulary import Tokenizer
+
+    splits = reading_splits(questions, test_questions)
+    tokenizer = tokenizer or Tokenizer.build(
+        list(dict.fromkeys(q.context for q in splits[0])) + [q.question for q in splits[0]],
+        splitter="unicode_script", lowercase=True)
+    parts = [(squad.encode_questions(tokenizer, part, max_length, QUESTION_UNITS), part)
+             for part in splits]
+    train = parts[0][0]
+    answered = int((train.spans[:, 0] >= 0).sum())
+    print(f"{' / '.join(str(len(p)) for p in splits)} questions; {answered} training answers "
+          f"inside {max_length} units ({train.beyond} beyond the cap, left out; {train.inexact} "
+          "not on unit boundaries, widened to the units they touch)")
+    return tokenizer, parts, answered
+
+
+def passage_graph_cache(predictor, tokenizer, contexts, max_length):
+    """``(cache, {context: row})``: the predictor's dense graphs of each distinct passage."""
+    from glomo_tf.data.graph_cache import compute_graphs
+
+    start = time.perf_counter()
+    contexts = list(dict.fromkeys(contexts))
+    cache = compute_graphs(predictor, tokenizer.encode(contexts, max_length=max_length).numpy())
+    print(f"Graph cache: {len(cache)} passages, {cache.nbytes / 2 ** 20:.1f} MiB, "
+          f"{time.perf_counter() - start:.1f}s")
+    return cache, {context: row for row, context in enumerate(contexts)}
+
+
 def run_reading(config, record):
     """The comparison of :func:`glomo_tf.experiments.run_transfer` for ``--dataset squad``."""
+    import keras
+
     from glomo_tf import experiments
     from glomo_tf.models.reader import build_reader
 
-    questions, test_file_questions = load_reading_task(config)
+    questions, test_questions = load_reading_task(config)
     saved_config, runs, done = experiments._prepare_output(config, record, [])
     predictor, tokenizer = experiments._load_pretrained(config)
-    split_description = ("a training file (90 / 10 by article) and a test file"
-                         if test_file_questions else "seeded split by article (75% / 1/12 / rest)")
+    split_description = ("a training file (90 / 10 by article) and a test file" if test_questions
+                         else f"split by article (seed {SPLIT_SEED}: 75% / 1/12 / rest)")
     training = experiments._announce(
         config, f"{len(questions)} questions, {len({q.article for q in questions})} articles",
         split_description, runs)
-    training["batch_size"] = config.batch_size
-    import keras
+    # Computed when the first run needs them: a resumed comparison with every run done reads none.
+    data = functools.cache(lambda: encode_splits(questions, test_questions, tokenizer,
+                                                 config.max_length))
+    graphs = functools.cache(lambda: passage_graph_cache(
+        predictor, tokenizer, [q.context for q in questions + (test_questions or [])],
+        config.max_length))
+    settings = dict(graph_predictor=predictor, embedding_dim=config.embedding_dim,
+                    rnn_units=config.rnn_units, dropout=config.dropout,
+                    num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
+                    top_k=config.top_k, graph_temperature=config.graph_temperature)
 
-    from glomo_tf.data.vocabulary import Tokenizer
+    def write():
+        return experiments.write_results(config.output_dir, saved_config, runs,
+                                         saved_config["variants"], split_description,
+                                         metrics=METRICS, primary=PRIMARY)
 
-    import functools
-
-    @functools.cache
-    def passage_cache():
-        """``(cache, {context: row})``: the predictor's dense graphs of every passage of the
-        file(s), computed when the first cached run needs them."""
-        from glomo_tf.data.graph_cache import compute_graphs
-
-        start = time.perf_counter()
-        contexts = list(dict.fromkeys(q.context for q in questions + (test_file_questions or [])))
-        ids = tokenizer.encode(contexts, max_length=config.max_length).numpy()
-        cache = compute_graphs(predictor, ids)
-        print(f"Graph cache: {len(cache)} passages, {cache.nbytes / 2 ** 20:.1f} MiB, "
-              f"{time.perf_counter() - start:.1f}s")
-        return cache, {context: row for row, context in enumerate(contexts)}
-
-    markdown = ""
-    for seed in config.seeds:
-        if all((variant, seed, None) in done for variant in config.variants):
+    for seed, variant in ((s, v) for s in config.seeds for v in config.variants):
+        if (variant, seed, None) in done:
             continue
-        train_q, development_q, test_q = reading_splits(questions, test_file_questions, seed)
-        encoder = tokenizer or Tokenizer.build(
-            list(dict.fromkeys(q.context for q in train_q)) + [q.question for q in train_q],
-            splitter="unicode_script", lowercase=True)
-        parts = [(squad.encode_questions(encoder, part, config.max_length, QUESTION_UNITS), part)
-                 for part in (train_q, development_q, test_q)]
-        answered = int((parts[0][0].spans[:, 0] >= 0).sum())
-        print(f"seed {seed}: {len(train_q)} / {len(development_q)} / {len(test_q)} questions; "
-              f"{answered} training answers inside {config.max_length} units "
-              f"({parts[0][0].beyond} beyond the cap, left out; {parts[0][0].inexact} not on unit "
-              "boundaries, widened to the units they touch)")
-        for variant in config.variants:
-            if (variant, seed, None) in done:
-                continue
-            print(f"\n== squad | {variant} | seed {seed}")
-            keras.utils.set_random_seed(seed)
-            cached = (config.graph_cache and predictor is not None
-                      and variant in hparams.PREDICTOR_VARIANTS)
-            settings = dict(graph_predictor=predictor, embedding_dim=config.embedding_dim,
-                            rnn_units=config.rnn_units, dropout=config.dropout,
-                            num_mixtures=config.num_mixtures,
-                            transfer_dropout=config.transfer_dropout, top_k=config.top_k,
-                            graph_temperature=config.graph_temperature)
-            model = build_reader(encoder.vocabulary_size, variant, passage_graphs=cached,
-                                 **settings)
-            start = time.perf_counter()
-            scores, epochs_run, texts = train_and_evaluate_reader(
-                model, *parts, seed=seed, graphs=passage_cache() if cached else None,
-                **training)
-            seconds = time.perf_counter() - start
-            run = {"dataset": "squad", "variant": variant, "seed": seed, "fold": None,
-                   **scores, "epochs_run": epochs_run,
-                   "seconds": round(seconds, 3), "train_examples": answered,
-                   "validation_examples": len(development_q), "test_examples": len(test_q),
-                   "examples": [{"id": q.id, "question": q.question, "predicted": t,
-                                 "gold": list(q.answers)} for q, t in zip(test_q[:5], texts)]}
-            print(f"   test EM {100 * scores['exact_match']:.2f}, F1 {100 * scores['f1']:.2f} "
-                  f"after {epochs_run} epoch(s), {seconds:.1f}s")
-            runs.append(run)
-            markdown = experiments.write_results(config.output_dir, saved_config, runs,
-                                                 saved_config["variants"], split_description,
-                                                 metrics=METRICS, primary=PRIMARY)
-            if config.save_models:
-                if cached:  # the saved reader computes its own graphs from token ids
-                    online = build_reader(encoder.vocabulary_size, variant, **settings)
-                    online.set_weights(model.get_weights())
-                    model = online
-                experiments._save_model(model, config.output_dir, variant, seed, None)
-    if not markdown:
-        markdown = experiments.write_results(config.output_dir, saved_config, runs,
-                                             saved_config["variants"], split_description,
-                                             metrics=METRICS, primary=PRIMARY)
-    return markdown
+        encoder, parts, answered = data()
+        print(f"\n== squad | {variant} | seed {seed}")
+        keras.utils.set_random_seed(seed)
+        cached = (config.graph_cache and predictor is not None
+                  and variant in hparams.PREDICTOR_VARIANTS)
+        model = build_reader(encoder.vocabulary_size, variant, passage_graphs=cached, **settings)
+        start = time.perf_counter()
+        scores, epochs_run, texts = train_and_evaluate_reader(
+            model, *parts, seed=seed, graphs=graphs() if cached else None, **training)
+        seconds = time.perf_counter() - start
+        test_questions_run = parts[2][1]
+        runs.append({"dataset": "squad", "variant": variant, "seed": seed, "fold": None,
+                     **scores, "epochs_run": epochs_run, "seconds": round(seconds, 3),
+                     "train_examples": answered, "validation_examples": len(parts[1][1]),
+                     "test_examples": len(test_questions_run),
+                     "examples": [{"id": q.id, "question": q.question, "predicted": text,
+                                   "gold": list(q.answers)}
+                                  for q, text in zip(test_questions_run[:5], texts)]})
+        print(f"   test EM {100 * scores['exact_match']:.2f}, F1 {100 * scores['f1']:.2f} "
+              f"after {epochs_run} epoch(s), {seconds:.1f}s")
+        write()
+        if config.save_models:
+            if cached:  # the saved reader computes its own graphs from token ids
+                online = build_reader(encoder.vocabulary_size, variant, **settings)
+                online.set_weights(model.get_weights())
+                model = online
+            experiments._save_model(model, config.output_dir, variant, seed, None)
+    return write()

@@ -104,3 +104,26 @@ def test_squad_bad_inputs_exit_2_with_one_line(tmp_path, capsys, argv, fragment)
                      "--output-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_training_passages_hold_the_training_articles_only(reading_task, tmp_path):
+    """examples/squad_passages.py writes the passages of the articles glomo transfer trains on:
+    every training question's passage, no development or test passage."""
+    import importlib.util
+
+    from glomo_tf import reading
+    from glomo_tf.data import squad
+
+    root, _ = reading_task
+    path = str(root / "planted.json")
+    spec = importlib.util.spec_from_file_location("squad_passages",
+                                                  "examples/squad_passages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--file", path, "--output", str(tmp_path / "p.txt")]) == 0
+    written = (tmp_path / "p.txt").read_text().splitlines()
+    train, development, test = reading.reading_splits(squad.load_squad(path), None)
+    assert written == list(dict.fromkeys(q.context for q in train)) and len(written) == 27
+    held_out = {q.context for q in development + test}
+    assert held_out and not held_out & set(written)
+    assert module.main(["--file", str(tmp_path / "p.txt"), "--output", str(tmp_path / "q")]) == 2

@@ -43,7 +43,7 @@ variants ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``); two-cl
 report the F1 of the second class (MRPC: paraphrase), SNLI the accuracy on its hard subset.
 
 Reading comprehension (``squad``) runs the BiDAF-style reader of :mod:`glomo_tf.models.reader`
-on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by article per seed;
+on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by article;
 ``--file`` / ``--test-file`` for your own), passages cut to ``--max-length`` units (use about
 300), and reports SQuAD's exact match and F1 (:mod:`glomo_tf.reading`)::
 
