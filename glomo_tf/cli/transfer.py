@@ -47,8 +47,8 @@ on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by arti
 ``--file`` / ``--test-file`` for your own), passages cut to ``--max-length`` units (use about
 300), and reports SQuAD's exact match and F1 (:mod:`glomo_tf.reading`)::
 
-    glomo transfer --run runs/books --dataset squad --max-length 300 --seeds 0 1 2 3 4 \
-        --output-dir runs/books/squad
+    glomo transfer --run runs/books --dataset squad --max-length 300 --graph-cache \
+        --seeds 0 1 2 3 4 --output-dir runs/books/squad
 """
 
 import argparse
