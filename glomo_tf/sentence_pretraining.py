@@ -135,7 +135,9 @@ def load_data(s, tokenizer=None, run_dir=None):
     from glomo_tf.data import sentences
     from glomo_tf.data.vocabulary import Tokenizer
 
-    documents = sentences.read_documents(s.train, s.format)
+    def documents(paths):  # streamed: read again for each pass, never held as text
+        return sentences.iter_documents(paths, s.format)
+
     if tokenizer is None:
         saved = run_dir and os.path.join(run_dir, "tokenizer")
         source = saved if saved and os.path.isfile(os.path.join(saved, "vocab.txt")) else (
@@ -146,17 +148,22 @@ def load_data(s, tokenizer=None, run_dir=None):
             except (ValueError, FileNotFoundError, OSError) as error:
                 raise ValueError(f"cannot load the tokenizer from {source}: {error}") from None
         else:
-            tokenizer = Tokenizer.build(sentences.sentence_lines(documents),
-                                        max_size=s.vocab_size, min_count=s.min_count,
-                                        lowercase=s.lowercase)
+            tokenizer = Tokenizer.build(
+                (sentence for document in documents(s.train) for sentence in document),
+                max_size=s.vocab_size, min_count=s.min_count, lowercase=s.lowercase)
         tokenizer = sentences.with_mask_unit(tokenizer)
-    train = sentences.encode_columns(sentences.consecutive_sentences(documents, s.neighbours),
-                                     tokenizer, s.max_length)
+    try:
+        train = sentences.encode_documents(documents(s.train), tokenizer, s.max_length,
+                                           s.neighbours)
+    except ValueError as error:
+        if "no document holds" not in str(error):
+            raise
+        raise ValueError(f"{', '.join(map(str, s.train))}: {error} Check --format "
+                         f"({s.format!r}).") from None
     validation = None
     if s.validation:
-        held = sentences.read_documents(s.validation, s.format)
-        validation = sentences.encode_columns(
-            sentences.consecutive_sentences(held, s.neighbours), tokenizer, s.max_length)
+        validation = sentences.encode_documents(documents(s.validation), tokenizer,
+                                                s.max_length, s.neighbours)
     return tokenizer, train, validation
 
 

@@ -13,6 +13,7 @@ from glomo_tf.data.vocabulary import Tokenizer
 
 WIKITEXT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir,
                         "shared", "data", "wikitext2", "valid.txt")
+BOOKS_VALID = os.path.join(os.path.dirname(WIKITEXT), os.pardir, "books", "valid.txt.gz")
 
 
 def test_split_sentences_keeps_the_end_token():
@@ -33,6 +34,51 @@ def test_line_files_split_documents_at_blank_lines(tmp_path):
     path.write_text("one\ntwo\n\nthree\nfour\nfive\n\n\n")
     assert sentences.read_documents(str(path), "lines") == [["one", "two"],
                                                             ["three", "four", "five"]]
+
+
+@pytest.mark.parametrize("paragraph, expected", [
+    ("Mr. Brown met Dr. Smith at St. Paul's. They talked.",          # abbreviations
+     ["Mr. Brown met Dr. Smith at St. Paul's.", "They talked."]),
+    ('"Go away!" he cried. "Now!"', ['"Go away!" he cried.', '"Now!"']),  # dialogue
+    ('"I am tired." She sat  down.', ['"I am tired."', "She sat down."]),
+    ("He paused... then went on. Wait... What was that?",             # ellipses
+     ["He paused... then went on.", "Wait...", "What was that?"]),
+    ("H. G. Wells wrote it. It sold.", ["H. G. Wells wrote it.", "It sold."]),  # initials
+    ("It was 3.5 miles, e.g. a long walk. Yes!", ["It was 3.5 miles, e.g. a long walk.", "Yes!"]),
+    ("(He left.) She stayed.", ["(He left.)", "She stayed."]),       # brackets
+    ("\u201cIs it?\u201d asked Tom. \u2018Yes.\u2019",              # curly quotes
+     ["\u201cIs it?\u201d asked Tom.", "\u2018Yes.\u2019"]),
+    ("The U.S. Navy sailed. 12 ships came.", ["The U.S. Navy sailed.", "12 ships came."]),
+    ("A heading without an end", ["A heading without an end"]),
+])
+def test_split_prose_hard_cases(paragraph, expected):
+    assert sentences.split_prose(paragraph) == expected
+
+
+def test_books_are_documents_and_gzip_is_read_line_by_line(tmp_path):
+    import gzip
+
+    path = tmp_path / "books.txt.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("CHAPTER I\nIt began. Mr. Hale came in.\n\nOther book. Its end.\n\n")
+    documents = sentences.read_documents(str(path), "books")
+    assert documents == [["CHAPTER I", "It began.", "Mr. Hale came in."],
+                         ["Other book.", "Its end."]]
+    columns = sentences.consecutive_sentences(documents, "next")
+    assert ("Mr. Hale came in.", "Other book.") not in zip(columns["source"], columns["target"])
+    assert next(sentences.iter_documents([str(path)], "books")) == documents[0]
+
+
+@pytest.mark.skipif(not os.path.isfile(BOOKS_VALID), reason="the shared books copy is absent")
+def test_shared_books_shard_gives_one_document_per_book_of_its_manifest():
+    manifest = os.path.join(os.path.dirname(BOOKS_VALID), "MANIFEST.tsv")
+    with open(manifest, encoding="utf-8") as handle:
+        books = [line.split("\t") for line in handle.read().splitlines()[1:]]
+    expected = [int(row[3]) for row in books if row[0] == "valid.txt.gz"]
+    documents = list(sentences.iter_documents(BOOKS_VALID, "books"))
+    assert len(documents) == len(expected) == 30
+    words = [sum(len(s.split()) for s in d) for d in documents]
+    assert all(abs(w - e) <= 0.01 * e for w, e in zip(words, expected))  # the same books, in order
 
 
 def test_reading_errors_are_one_line_value_errors(tmp_path):
@@ -149,3 +195,19 @@ def test_two_corruptions_differ_and_keep_the_dtype(rng):
     second = sentences.corrupt(ids, MASK_ID, VOCAB, generator)
     assert first.dtype.name == "int64"
     assert np.mean(np.asarray(first) != np.asarray(second)) > 0.3
+
+
+@pytest.mark.parametrize("neighbours", ["next", "both"])
+def test_encode_documents_streams_the_columns_of_consecutive_sentences(neighbours):
+    """Chunked over an iterator (chunk boundaries inside the corpus), the same id columns as
+    encoding the pairs of all documents at once."""
+    documents = [[f"w{d} s{i} x" for i in range(n)] for d, n in enumerate([4, 1, 3, 5, 2, 6])]
+    tokenizer = Tokenizer.build([s for d in documents for s in d])
+    expected = sentences.encode_columns(sentences.consecutive_sentences(documents, neighbours),
+                                        tokenizer, 5)
+    got = sentences.encode_documents(iter(documents), tokenizer, 5, neighbours, chunk=3)
+    assert got.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+    with pytest.raises(ValueError, match="no document holds"):
+        sentences.encode_documents(iter([["alone"]]), tokenizer, 5, neighbours)

@@ -193,3 +193,30 @@ def test_the_measured_example_runs_at_toy_size(tmp_path):
     for name, metrics in saved["pretraining"].items():
         assert metrics["steps"] == 3, name  # the same budget for every objective set
     assert out["table"].startswith("| encoder | mr | subj | sst2 |")
+
+
+def test_books_format_trains_on_sentences_of_prose_within_each_book(tmp_path, capsys):
+    """--format books on a gzipped file of prose paragraphs (several sentences a line, blank lines
+    between books): the pairs are the consecutive sentences inside each book."""
+    import gzip
+
+    rng = random.Random(3)
+    path = tmp_path / "books.txt.gz"
+    sentences_per_book = []
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        for _ in range(6):
+            count = 0
+            for _ in range(3):  # paragraphs of 2 or 3 sentences
+                n = rng.randint(2, 3)
+                handle.write(" ".join(  # (no one-letter word: "a." would read as an initial)
+                    "Mr. " + " ".join(rng.choice(WORDS[2:]) for _ in range(4)) + "."
+                    for _ in range(n)) + "\n")
+                count += n
+            handle.write("\n")
+            sentences_per_book.append(count)
+    tiny = [a for a in TINY]
+    tiny[tiny.index("lines")] = "books"
+    assert cli.main(["sentence-pretrain", "--train", str(path), "--output-dir",
+                     str(tmp_path / "run"), *tiny, "--epochs", "1"]) == 0
+    pairs = sum(n - 1 for n in sentences_per_book)
+    assert f"{pairs} sentence pairs" in capsys.readouterr().out

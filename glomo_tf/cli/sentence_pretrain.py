@@ -7,6 +7,7 @@ import dataclasses
 from glomo_tf import hparams
 from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
                                  add_verbose_argument, resolve_verbose)
+from glomo_tf.data.sentences import CORPUS_FORMATS
 from glomo_tf.sentence_pretraining import SentencePretrainingConfig, run_sentence_pretraining
 
 D = SentencePretrainingConfig(output_dir="")  # the defaults
@@ -21,9 +22,11 @@ def register(subparsers):
         formatter_class=HelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--train", nargs="+", metavar="FILE", help="training text files")
-    data.add_argument("--format", choices=("wikitext", "lines"), default=D.format,
+    data.add_argument("--format", choices=CORPUS_FORMATS, default=D.format,
                       help="wikitext: one paragraph per line, ' = Title = ' between articles; "
-                           "lines: one sentence per line, blank lines between documents")
+                           "lines: one sentence per line, blank lines between documents; books: "
+                           "one paragraph of prose per line, blank lines between books (.gz "
+                           "read as is)")
     data.add_argument("--validation", nargs="+", metavar="FILE",
                       help="validation files in the same format")
     data.add_argument("--vocab", metavar="DIR", help="an existing tokenizer directory "

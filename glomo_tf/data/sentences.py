@@ -8,6 +8,12 @@ Two corpus formats are read into documents (each a list of sentences, each a str
   each paragraph is split into sentences after the tokens ``.``, ``!`` and ``?`` (WikiText is
   tokenised, so a sentence ends with a token of its own; decimals are written ``3 @.@ 5``).
 * ``"lines"``: any text file with one sentence per line and blank lines between documents.
+* ``"books"``: untokenised prose, one paragraph per line and a blank line between books (the
+  shared ``books/`` shards); each paragraph is split into sentences by :func:`split_prose`, a
+  book is a document, so consecutive pairs never cross from one book into the next.
+
+Files ending in ``.gz`` are read through gzip, line by line (:func:`iter_documents` yields one
+document at a time).
 
 :func:`consecutive_sentences` lists the neighbours the objectives train on: ``(source, next)`` for
 Quick Thoughts (Eq. 3.3 of the thesis) and Global-to-Local (Eq. 3.5), or ``(previous, source,
@@ -23,21 +29,31 @@ Example::
     ids = encode_columns(columns, tokenizer, max_length=40)         # {"source": [N, 40], ...}
 """
 
+import gzip
 import re
 
 import numpy as np
 
 __all__ = ["CORPUS_FORMATS", "MASK", "NEIGHBOURS", "consecutive_sentences", "corrupt",
-           "encode_columns", "mask_id", "read_documents", "sentence_lines", "split_sentences",
-           "with_mask_unit"]
+           "encode_columns", "encode_documents", "iter_documents", "mask_id", "read_documents", "sentence_lines",
+           "split_prose", "split_sentences", "with_mask_unit"]
 
 MASK = "[MASK]"
-CORPUS_FORMATS = ("wikitext", "lines")
+CORPUS_FORMATS = ("wikitext", "lines", "books")
 # Which neighbours of a source sentence are targets: the next one, or both.
 NEIGHBOURS = ("next", "both")
 SENTENCE_ENDS = frozenset({".", "!", "?"})
 _ARTICLE_TITLE = re.compile(r"^ ?= [^=].*[^=] = ?$")
 _HEADING = re.compile(r"^ ?=( =)* .* (= )*= ?$")
+# split_prose: a word ending a sentence (end marks, then closing quotes or brackets), the
+# opening marks a sentence may start with, and the abbreviations a period does not end on.
+_PROSE_END = re.compile(r"(?:[.!?]|\u2026)[\"'\u201d\u2019)\]]*$")
+_OPENING = "\"'\u201c\u2018(["
+_CLOSING = "\"'\u201d\u2019)]"
+ABBREVIATIONS = frozenset(
+    "mr mrs ms messrs mme mlle dr st mt prof gen col capt lt sgt rev hon esq jr sr vs etc cf "
+    "no nos vol vols ch chap fig pp ed eds op viz ca approx dept jan feb mar apr jun jul aug sep "
+    "sept oct nov dec".split())
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -55,63 +71,115 @@ def split_sentences(paragraph):
     return sentences
 
 
+def split_prose(paragraph):
+    """Sentences of an untokenised English paragraph (books), by a documented rule.
+
+    A word ends a sentence when it ends with ``.``, ``!``, ``?`` or an ellipsis (then any closing
+    quotes or brackets) and the next word begins, after any opening quotes or brackets, with a
+    capital letter or a digit; a period does not end a sentence after an abbreviation
+    (:data:`ABBREVIATIONS`: ``Mr.``, ``Dr.``, ``St.``, ``etc.``, ...), a single letter (the
+    initials of ``H. G. Wells``) or a word with a period inside (``U.S.``, ``e.g.``). So
+    ``"Go away!" he cried.`` is one sentence, ``"Go away." She left.`` two, and ``He paused...
+    then went on.`` one. The paragraph's last words always close a sentence. White space is
+    collapsed to single spaces.
+    """
+    words = paragraph.split()
+    sentences, start = [], 0
+    for i, word in enumerate(words[:-1]):
+        if _PROSE_END.search(word) and _starts_sentence(words[i + 1]) and not _abbreviated(word):
+            sentences.append(" ".join(words[start:i + 1]))
+            start = i + 1
+    if start < len(words):
+        sentences.append(" ".join(words[start:]))
+    return sentences
+
+
+def _starts_sentence(word):
+    word = word.lstrip(_OPENING)
+    return bool(word) and (word[0].isupper() or word[0].isdigit())
+
+
+def _abbreviated(word):
+    """Whether a word ending in a single period is an abbreviation or an initial."""
+    core = word.rstrip(_CLOSING)
+    if not core.endswith(".") or core.endswith(".."):
+        return False
+    stem = core[:-1].lstrip(_OPENING)
+    return (stem.lower() in ABBREVIATIONS or (len(stem) == 1 and stem.isalpha())
+            or "." in stem)
+
+
+def iter_documents(paths, corpus_format="wikitext"):
+    """Yields the documents (lists of sentences) of one or more files, one at a time, reading
+    each file line by line (``.gz`` through gzip); see the module's formats. Raises
+    ``ValueError`` for an unknown format or a file that cannot be read."""
+    if corpus_format not in CORPUS_FORMATS:
+        raise ValueError(f"corpus_format must be one of {CORPUS_FORMATS}, got {corpus_format!r}.")
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+        paths = [paths]
+    reader = {"wikitext": _wikitext_documents, "lines": _line_documents,
+              "books": _book_documents}[corpus_format]
+    for path in paths:
+        try:
+            opener = gzip.open if str(path).endswith(".gz") else open
+            with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+                for document in reader(handle):
+                    if document:
+                        yield document
+        except (OSError, EOFError) as error:
+            reason = getattr(error, "strerror", None) or error
+            raise ValueError(f"cannot read the corpus file {path!r} ({reason}).") from None
+
+
 def read_documents(paths, corpus_format="wikitext"):
     """Documents (lists of sentences) of one or more files (see the module's formats).
 
     Raises ``ValueError`` for an unknown format, a missing file, or files without a document of
     two sentences (no consecutive pair could be formed).
     """
-    if corpus_format not in CORPUS_FORMATS:
-        raise ValueError(f"corpus_format must be one of {CORPUS_FORMATS}, got {corpus_format!r}.")
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
-    documents = []
-    for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                text = handle.read().decode("utf-8", errors="replace")
-        except OSError as error:
-            raise ValueError(f"cannot read the corpus file {path!r} ({error.strerror}).") \
-                from None
-        documents += (_wikitext_documents(text) if corpus_format == "wikitext"
-                      else _line_documents(text))
-    documents = [d for d in documents if d]
+    documents = list(iter_documents(paths, corpus_format))
     if not any(len(d) >= 2 for d in documents):
         raise ValueError(
             f"{', '.join(map(str, paths))}: no document holds two sentences, so there is no "
             f"consecutive pair to train on. Check --format ({corpus_format!r}): 'lines' reads one "
             "sentence per line with blank lines between documents, 'wikitext' one paragraph per "
-            "line with ' = Title = ' lines between articles.")
+            "line with ' = Title = ' lines between articles, 'books' one paragraph of prose per "
+            "line with blank lines between books.")
     return documents
 
 
-def _wikitext_documents(text):
-    documents, current = [], []
-    for line in text.splitlines():
+def _wikitext_documents(lines):
+    current = []
+    for line in lines:
+        line = line.rstrip("\r\n")
         stripped = line.strip()
         if not stripped:
             continue
-        if _ARTICLE_TITLE.match(line.rstrip("\n")) and not stripped.startswith("= ="):
-            documents.append(current)
+        if _ARTICLE_TITLE.match(line) and not stripped.startswith("= ="):
+            yield current
             current = []
             continue
-        if _HEADING.match(line.rstrip("\n")):
+        if _HEADING.match(line):
             continue
         current += split_sentences(stripped)
-    documents.append(current)
-    return documents
+    yield current
 
 
-def _line_documents(text):
-    documents, current = [], []
-    for line in text.splitlines():
+def _line_documents(lines, split=None):
+    current = []
+    for line in lines:
         if line.strip():
-            current.append(" ".join(line.split()))
+            current += split(line) if split else [" ".join(line.split())]
         else:
-            documents.append(current)
+            yield current
             current = []
-    documents.append(current)
-    return documents
+    yield current
+
+
+def _book_documents(lines):
+    return _line_documents(lines, split_prose)
 
 
 def sentence_lines(documents):
@@ -181,6 +249,34 @@ def encode_columns(columns, tokenizer, max_length, batch_size=4096):
         out[name] = np.concatenate(parts).astype("int32") if parts else \
             np.zeros((0, max_length), "int32")
     return out
+
+
+def encode_documents(documents, tokenizer, max_length, neighbours="next", chunk=65536):
+    """:func:`encode_columns` of :func:`consecutive_sentences`, streamed: ``documents`` may be an
+    iterator (:func:`iter_documents`), whose documents are turned into id columns ``chunk``
+    pairs at a time, so only the ids are kept (a corpus of books need not sit in memory as
+    text). Raises ``ValueError`` as :func:`consecutive_sentences` when no pair is found."""
+    parts, pending, count = [], [], 0
+
+    def flush():
+        if pending:
+            parts.append(encode_columns(consecutive_sentences(pending, neighbours), tokenizer,
+                                        max_length))
+            pending.clear()
+
+    for document in documents:
+        usable = len(document) - (2 if neighbours == "both" else 1)
+        if usable <= 0:
+            continue
+        pending.append(document)
+        count += usable
+        if count >= chunk:
+            flush()
+            count = 0
+    flush()
+    if not parts:
+        consecutive_sentences([], neighbours)  # raises its error
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 
 # ---------------------------------------------------------------------------------- corruption
