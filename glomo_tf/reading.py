@@ -7,9 +7,12 @@ development, the rest testing; one split for every seed, so that a predictor can
 the training articles' passages alone, :func:`training_passages`), or a training file and a
 ``--test-file`` (the training file's articles then split 90 / 10 into training and
 development). The seeds vary the initial weights and the order of the batches. Passages are
-cut to ``--max-length`` units; training uses each question's first gold answer (answers past the cap are left out of training and
-counted); the development F1 chooses the epoch (early stopping with ``--patience``); test
-answers are the best spans (``s <= e < s + 30``) scored against every gold answer.
+cut to ``--max-length`` units; training uses each question's first gold answer (answers past
+the cap are left out of training and counted); the development F1 chooses the epoch (early
+stopping with ``--patience``); test answers are the best spans (``s <= e < s + 30``) scored
+against every gold answer. Each run records five answered test questions and, with a
+predictor, the strongest sources of their answers' units in its graphs
+(:func:`answer_graph_rows`).
 
 ``--graph-cache``: the GLoMo variants read the frozen predictor's graphs of the fixed passages,
 computed once for every passage of the file(s) (:func:`glomo_tf.data.graph_cache.compute_graphs`,
@@ -71,6 +74,30 @@ def answer_texts(encoded, questions, spans):
     to the last unit's end)."""
     return [q.context[encoded.offsets[i, s, 0]:encoded.offsets[i, e, 1]]
             for i, (q, (s, e)) in enumerate(zip(questions, spans))]
+
+
+def answer_graph_rows(predictor, encoded, questions, spans, count=5, units=5, top=3):
+    """What the graphs say about the answers: for the first ``count`` questions, each unit of
+    the predicted answer (its first ``units``) with its ``top`` strongest sources in the
+    predictor's graphs of the passage (the first layer, its heads averaged), per direction:
+    ``[[{"unit", "forward": [[source, weight], ...], "backward": [...]}, ...], ...]``."""
+    out = []
+    for i in range(min(count, len(questions))):
+        n = max(1, int((encoded.passages[i] != 0).sum()))
+        graphs = predictor(encoded.passages[i:i + 1, :n], training=False)["graphs"]
+        mean = np.asarray(graphs, "float32")[0, :, 0].mean(axis=1)  # [2, n, n]
+        context, offsets = questions[i].context, encoded.offsets[i]
+        start, end = (int(x) for x in spans[i])
+        rows = []
+        for t in range(start, min(end, start + units - 1, n - 1) + 1):
+            row = {"unit": context[offsets[t, 0]:offsets[t, 1]]}
+            for z, direction in enumerate(("forward", "backward")):
+                row[direction] = [
+                    [context[offsets[u, 0]:offsets[u, 1]], round(float(mean[z, t, u]), 3)]
+                    for u in np.argsort(-mean[z, t], kind="stable")[:top] if mean[z, t, u] > 0]
+            rows.append(row)
+        out.append(rows)
+    return out
 
 
 def _batches(encoded, rows, batch_size, seed=None, graphs=None):
@@ -145,7 +172,7 @@ def train_and_evaluate_reader(model, train, development, test, *, learning_rate=
                               graphs=None):
     """Fits ``model`` on ``train`` (``(Encoded, questions)``; questions with an answer inside the
     cap), early-stopped on the development F1; returns ``({"exact_match", "f1"} of the test
-    questions as fractions, epochs run, predicted test answers)``. ``graphs``: None, or
+    questions as fractions, epochs run, predicted test spans)``. ``graphs``: None, or
     ``(cache, {context: row})`` for a reader with the ``passage_graphs`` input."""
     import keras
 
@@ -177,10 +204,9 @@ def train_and_evaluate_reader(model, train, development, test, *, learning_rate=
                         shuffle=False,  # the batches reshuffle themselves every epoch
                         callbacks=[DevelopmentScores(), stop], verbose=verbose)
     test_encoded, test_questions = test
-    texts = answer_texts(test_encoded, test_questions,
-                         predict_spans(model, test_encoded, 2 * batch_size, fed(test)))
-    scores = squad.squad_scores(texts, test_questions)
-    return ({k: v / 100.0 for k, v in scores.items()}, len(history.history["loss"]), texts)
+    spans = predict_spans(model, test_encoded, 2 * batch_size, fed(test))
+    scores = squad.squad_scores(answer_texts(test_encoded, test_questions, spans), test_questions)
+    return ({k: v / 100.0 for k, v in scores.items()}, len(history.history["loss"]), spans)
 
 
 def encode_splits(questions, test_questions, tokenizer, max_length):
@@ -256,17 +282,22 @@ def run_reading(config, record):
                   and variant in hparams.PREDICTOR_VARIANTS)
         model = build_reader(encoder.vocabulary_size, variant, passage_graphs=cached, **settings)
         start = time.perf_counter()
-        scores, epochs_run, texts = train_and_evaluate_reader(
+        scores, epochs_run, spans = train_and_evaluate_reader(
             model, *parts, seed=seed, graphs=graphs() if cached else None, **training)
         seconds = time.perf_counter() - start
-        test_questions_run = parts[2][1]
+        (test_encoded, test_questions_run), shown = parts[2], slice(0, 5)
+        examples = [{"id": q.id, "question": q.question, "predicted": text,
+                     "gold": list(q.answers)} for q, text in zip(
+                         test_questions_run[shown],
+                         answer_texts(test_encoded, test_questions_run[shown], spans[shown]))]
+        if predictor is not None:
+            for example, rows in zip(examples, answer_graph_rows(
+                    predictor, test_encoded, test_questions_run, spans)):
+                example["graph_rows"] = rows
         runs.append({"dataset": "squad", "variant": variant, "seed": seed, "fold": None,
                      **scores, "epochs_run": epochs_run, "seconds": round(seconds, 3),
                      "train_examples": answered, "validation_examples": len(parts[1][1]),
-                     "test_examples": len(test_questions_run),
-                     "examples": [{"id": q.id, "question": q.question, "predicted": text,
-                                   "gold": list(q.answers)}
-                                  for q, text in zip(test_questions_run[:5], texts)]})
+                     "test_examples": len(test_questions_run), "examples": examples})
         print(f"   test EM {100 * scores['exact_match']:.2f}, F1 {100 * scores['f1']:.2f} "
               f"after {epochs_run} epoch(s), {seconds:.1f}s")
         write()

@@ -65,6 +65,8 @@ def test_squad_end_to_end_learns_the_planted_answers_and_resumes(reading_task, c
         assert run["train_examples"] == 54 and run["test_examples"] == 12
         assert 0.0 <= run["exact_match"] <= run["f1"] <= 1.0
         assert [e["gold"] for e in run["examples"]][0][0] in NAMES
+        rows = run["examples"][0]["graph_rows"]  # the predictor's sources of the answer's units
+        assert rows and all(row["unit"] in run["examples"][0]["predicted"] for row in rows)
     baseline = results["runs"][0]
     assert baseline["exact_match"] >= 0.5  # the answer is the name after "by": learnable
     assert "development EM" in printed and "test EM" in printed

@@ -284,3 +284,30 @@ def test_reader_fed_passage_graphs_matches_the_online_reader(variant):
                            online([passages, questions])[0].numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="passage_graphs feeds a predictor's graphs"):
         build_reader(30, "uniform", passage_graphs=True)
+
+
+def test_answer_graph_rows_list_each_answer_units_strongest_sources():
+    """answer_graph_rows: for each answer unit, the sources of the first layer's heads averaged,
+    strongest first (NumPy from the predictor's graphs), as words of the passage."""
+    from glomo_tf import GraphPredictor
+    from glomo_tf.reading import answer_graph_rows
+
+    context = "alpha beta gamma delta epsilon zeta"
+    tokenizer = Tokenizer.build([context, "which"])
+    question = squad.Question("q", "which", context, ("gamma delta",), (11,), 0)
+    encoded = squad.encode_questions(tokenizer, [question], max_passage=8)
+    predictor = GraphPredictor(tokenizer.vocabulary_size, 8, num_layers=2, num_heads=2,
+                               conv_layers=1)
+    rows, = answer_graph_rows(predictor, encoded, [question], np.array([[2, 3]]), top=2)
+    graphs = predictor(encoded.passages[:, :6], training=False)["graphs"].numpy()[0, :, 0]
+    mean = graphs.mean(axis=1)  # [2, 6, 6]
+    words = context.split()
+    assert [row["unit"] for row in rows] == ["gamma", "delta"]
+    for row, t in zip(rows, (2, 3)):
+        for z, direction in enumerate(("forward", "backward")):
+            expected = [words[u] for u in np.argsort(-mean[z, t], kind="stable")[:2]
+                        if mean[z, t, u] > 0]
+            assert [source for source, _ in row[direction]] == expected
+            sources = [words.index(source) for source, _ in row[direction]]
+            assert all(u < t for u in sources) if z == 0 else all(u > t for u in sources)
+    assert rows[1]["forward"]  # delta has earlier units to draw from
