@@ -769,6 +769,38 @@ def evaluation_paired_top_k(listops):
         evaluation.per_seed_accuracy(listops["transfer"]["runs"], "baseline"))
 
 
+def check_temperature_ladder(listops, text):
+    """The README's sentences on the sharpened graphs (--graph-temperature): paired with the
+    paper's graphs and with the baseline, from the recorded runs; the settings above the baseline
+    at p < 0.05 are the ones it names."""
+    from glomo_tf import evaluation
+
+    def seeds(runs, variant="glomo_rnn"):
+        return evaluation.per_seed_accuracy(runs, variant)
+
+    paper, baseline = seeds(listops["transfer"]["runs"]), seeds(listops["transfer"]["runs"],
+                                                                "baseline")
+    against_paper, against_baseline = [], []
+    for tau in ("0.5", "0.25"):
+        results = load(f"listops_temperature{tau}_results.json")
+        assert results["config"]["graph_temperature"] == float(tau)
+        assert results["config"]["run"] == load("listops_top2_results.json")["config"]["run"]
+        own = seeds(results["runs"])
+        against_paper.append(evaluation.paired_comparison(own, paper))
+        against_baseline.append(evaluation.paired_comparison(own, baseline))
+    (half, quarter), (half_b, quarter_b) = against_paper, against_baseline
+    for figure in [
+            f"paired with the paper's graphs {100 * half['mean_difference']:+.2f} (p "
+            f"{half['p']:.2f}) and {100 * quarter['mean_difference']:+.2f} points (p "
+            f"{quarter['p']:.2f}); against the baseline {100 * half_b['mean_difference']:+.2f} "
+            f"(p {half_b['p']:.2f}) and {100 * quarter_b['mean_difference']:+.2f} (p "
+            f"{quarter_b['p']:.3f})",
+            f"as is, just, the temperature 0.25 below (p {quarter_b['p']:.3f})"]:
+        assert figure in text, f"README lacks: {figure}"
+    assert quarter_b["p"] < 0.05 <= half_b["p"]  # the one temperature the README names
+    assert all(p["p"] > 0.5 for p in against_paper)  # "neither measurably above the paper's"
+
+
 def listops_agreement_row(label, agreement):
     best, averaged = agreement["best_head"], agreement["best_heads_averaged"]
     offset = agreement["best_offset"]
@@ -813,6 +845,12 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             apart_row("ListOps, `glomo_rnn`, `entmax` alpha 1.25 graphs",
                       listops["transfer"]["runs"],
                       load("listops_graphs_gru_entmax1.25.json")["transfer"]["runs"]),
+            apart_row("ListOps, `glomo_rnn --graph-temperature 0.5`",
+                      listops["transfer"]["runs"],
+                      load("listops_temperature0.5_results.json")["runs"]),
+            apart_row("ListOps, `glomo_rnn --graph-temperature 0.25`",
+                      listops["transfer"]["runs"],
+                      load("listops_temperature0.25_results.json")["runs"]),
             books_row("`gru` (the paper), bfloat16, 12 epochs", "books_gru_curve.json",
                       "books_mr_stats_gru.json", 12),
             books_row("`gru` (the paper), bfloat16, 20 epochs", "books_gru_curve.json",
@@ -872,7 +910,8 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
     assert min(row["val_perplexity"] for row in curve[11:]) > 0.98 * twelfth["val_perplexity"]
     top2 = evaluation_paired_top_k(listops)
     assert top2["p"] < 0.05 <= listops["transfer"]["summary"]["paired"]["glomo_rnn"]["p"]
-    assert "is the one setting above the baseline at p < 0.05" in text
+    assert "is above the baseline at p < 0.05" in text
+    check_temperature_ladder(listops, text)
     alpha = load("listops_graphs_gru_entmax1.25.json")
     assert alpha["config"]["normalization"] == "entmax" and alpha["config"]["entmax_alpha"] == 1.25
     assert alpha["config"]["composition"] == "gru"
