@@ -54,9 +54,7 @@ def reading_splits(questions, test):
     if test is None:
         parts = squad.split_articles(questions, SPLIT_SEED)
         return tuple([questions[i] for i in part] for part in parts)
-    train, development, _ = squad.split_articles(questions, SPLIT_SEED,
-                                                 fractions=(0.9, 0.1 - 1e-9))
-    development = np.union1d(development, _)
+    train, development = squad.split_articles(questions, SPLIT_SEED, fractions=(0.9,))
     return [questions[i] for i in train], [questions[i] for i in development], test
 
 

@@ -129,3 +129,17 @@ def test_training_passages_hold_the_training_articles_only(reading_task, tmp_pat
     held_out = {q.context for q in development + test}
     assert held_out and not held_out & set(written)
     assert module.main(["--file", str(tmp_path / "p.txt"), "--output", str(tmp_path / "q")]) == 2
+
+
+def test_a_test_file_is_the_test_split_and_the_training_file_splits_90_10(tmp_path):
+    from glomo_tf import reading
+    from glomo_tf.data import squad
+
+    planted_squad(tmp_path / "train.json", articles=10, seed=1)
+    planted_squad(tmp_path / "test.json", articles=2, seed=2)
+    questions, test = squad.load_squad(str(tmp_path / "train.json")), squad.load_squad(
+        str(tmp_path / "test.json"))
+    train, development, tested = reading.reading_splits(questions, test)
+    assert tested == test
+    assert [len({q.article for q in part}) for part in (train, development)] == [9, 1]
+    assert not {q.context for q in train} & {q.context for q in development}

@@ -121,6 +121,11 @@ def test_split_articles_keeps_each_article_in_one_split():
     assert not np.array_equal(squad.split_articles(questions, seed=5)[2], test)
     with pytest.raises(ValueError, match="at least 3 articles"):
         squad.split_articles(questions[:3], seed=0)
+    # two parts (a training file beside a test file of its own): 90 / 10, at least one each
+    train, development = squad.split_articles(questions, seed=4, fractions=(0.9,))
+    assert [len({questions[i].article for i in p}) for p in (train, development)] == [43, 5]
+    two_articles = [q for q in questions if q.article < 2]
+    assert [len(p) > 0 for p in squad.split_articles(two_articles, 0, (0.9,))] == [True, True]
 
 
 # ---------------------------------------------------------------------- units and spans

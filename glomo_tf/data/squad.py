@@ -106,21 +106,23 @@ def _question(qa, context, article, where, require_answers):
 
 
 def split_articles(questions, seed, fractions=SPLIT_FRACTIONS):
-    """``(train, development, test)`` index arrays into ``questions``, split by article (seeded
-    permutation of the articles; at least one article each when there are three or more), so
-    no passage appears in two splits."""
+    """Index arrays into ``questions``, one per part, split by article (a seeded permutation of
+    the articles), so that no passage appears in two parts: ``fractions`` are the shares of the
+    articles in every part but the last, which holds the rest (default: training, development,
+    test); every part gets at least one article."""
     articles = sorted({q.article for q in questions})
-    if len(articles) < 3:
-        raise ValueError(f"Splitting by article needs at least 3 articles; the file has "
+    parts = len(fractions) + 1
+    if len(articles) < parts:
+        raise ValueError(f"Splitting by article needs at least {parts} articles; the file has "
                          f"{len(articles)}: pass separate training and test files.")
     order = np.random.default_rng(seed).permutation(articles)
-    n = len(order)
-    n_train = min(max(1, round(fractions[0] * n)), n - 2)
-    n_dev = min(max(1, round(fractions[1] * n)), n - n_train - 1)
-    parts = (set(order[:n_train]), set(order[n_train:n_train + n_dev]),
-             set(order[n_train + n_dev:]))
+    bounds, start = [], 0
+    for i, fraction in enumerate(fractions):
+        left = len(order) - start - (parts - 1 - i)  # the most this part may take
+        start += min(max(1, round(fraction * len(order))), left)
+        bounds.append(start)
     article_of = np.array([q.article for q in questions])
-    return tuple(np.flatnonzero(np.isin(article_of, sorted(part))) for part in parts)
+    return tuple(np.flatnonzero(np.isin(article_of, part)) for part in np.split(order, bounds))
 
 
 @dataclasses.dataclass
