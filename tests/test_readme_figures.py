@@ -1056,3 +1056,29 @@ def test_mrpc_figures_come_from_their_json_and_the_data(readme):
     best = max(v["mean"] for v in summary["variants"].values())
     assert best - share < 0.015  # "barely above always answering paraphrase"
 
+def test_squad_pilot_figures_come_from_their_json(readme):
+    """The SQuAD pilot's sentence: scores, questions, seconds and the cost ratio from the recorded
+    runs, and the repeated answer it quotes."""
+    pilot = load("squad_pilot_results.json")
+    assert pilot["config"]["dataset"] == "squad" and pilot["config"]["seeds"] == [0]
+    assert pilot["config"]["graph_cache"] is True
+    runs = {r["variant"]: r for r in pilot["runs"]}
+    text = " ".join(readme.split())
+
+    def scores(variant):
+        return (f"{100 * runs[variant]['exact_match']:.2f} / "
+                f"{100 * runs[variant]['f1']:.2f}")
+
+    per_epoch = {v: r["seconds"] / r["epochs_run"] for v, r in runs.items()}
+    for figure in [
+            f"test exact match / F1 {scores('baseline')} (baseline), {scores('glomo_rnn')} "
+            f"(`glomo_rnn`, passage graphs cached), {scores('uniform')} (uniform), four epochs "
+            f"each, {runs['baseline']['train_examples']:,} training questions",
+            f"Each run took {runs['baseline']['seconds']:,.0f} s (baseline), "
+            f"{runs['glomo_rnn']['seconds']:,.0f} s (`glomo_rnn`) and "
+            f"{runs['uniform']['seconds']:,.0f} s (uniform)",
+            f"cost {per_epoch['glomo_rnn'] / per_epoch['baseline']:.1f}x a baseline epoch"]:
+        assert figure in text, f"README lacks: {figure}"
+    assert all(r["epochs_run"] == 4 for r in runs.values())  # "four epochs each"
+    shown = [e["predicted"] for e in runs["glomo_rnn"]["examples"][:3]]
+    assert shown == ["the curriculum"] * 3 and "(\"the curriculum\")" in text
