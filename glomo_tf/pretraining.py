@@ -242,9 +242,12 @@ def load_or_build_tokenizer(s, lines, run_dir):
     source = saved if resuming else s.vocab
     if source:
         try:
-            return Tokenizer.load(source)
+            tokenizer = Tokenizer.load(source)
         except (ValueError, FileNotFoundError, OSError) as error:
             raise ValueError(f"cannot load the tokenizer from {source}: {error}") from None
+        if not resuming and training.is_chief():  # the run holds its tokenizer, as when built
+            tokenizer.save(saved)
+        return tokenizer
     print(f"Building the vocabulary (at most {s.vocab_size} units) ...", flush=True)
     start = time.perf_counter()
     tokenizer = Tokenizer.build(lines, max_size=s.vocab_size, min_count=s.min_count,

@@ -308,6 +308,22 @@ def test_an_entmax_alpha_run_trains_and_its_predictor_keeps_the_alpha(tmp_path, 
     np.testing.assert_allclose(sums[1][..., :3], 1.0, atol=1e-5)  # backward rows 1..3
 
 
+def test_a_run_on_a_given_vocabulary_holds_that_tokenizer(tmp_path, corpus):
+    """--vocab DIR: the run directory still holds tokenizer/ (what --run readers load), a copy of
+    the given one."""
+    from glomo_tf.data.vocabulary import Tokenizer
+
+    given = Tokenizer.build(open(corpus).read().splitlines()[:40], max_size=50)
+    given.save(str(tmp_path / "vocab"))
+    run = str(tmp_path / "run")
+    argv = ["--train", corpus, "--vocab", str(tmp_path / "vocab"), *TINY, "--epochs", "1",
+            "--steps-per-epoch", "2", "--verbose", "0", "--output-dir", run]
+    assert glomo_pretrain(*argv) == 0
+    copied = Tokenizer.load(os.path.join(run, "tokenizer"))
+    assert copied.vocabulary.tokens == given.vocabulary.tokens
+    assert copied.get_config() == given.get_config()
+
+
 def test_run_directories_from_before_entmax_alpha_resume_at_its_default():
     from glomo_tf import pretraining
 
