@@ -769,6 +769,30 @@ def evaluation_paired_top_k(listops):
         evaluation.per_seed_accuracy(listops["transfer"]["runs"], "baseline"))
 
 
+def projected_sentence():
+    """The README's sentence on the books predictor in the projected form, from its curve and
+    graph statistics."""
+    curve = load("books_projected_curve.json")
+    assert curve["settings"]["composition"] == "projected"
+    rows = curve["curve"]
+    best = min(rows, key=lambda row: row["val_perplexity"])
+    ordinal = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+               "ninth", "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth",
+               "sixteenth", "seventeenth", "eighteenth", "nineteenth", "twentieth"]
+
+    def share(name):
+        stats = load(name)
+        graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
+        entropy = sum(g["entropy"] for g in graphs) / len(graphs)
+        return f"{100 * entropy / stats['uniform']['forward'][0]['entropy']:.0f}%"
+
+    return (f"validation perplexity {rows[0]['val_perplexity']:.0f} after the first epoch, "
+            f"{rows[-1]['val_perplexity']:.0f} after {rows[-1]['tokens_seen'] / 1e6:.1f}M tokens "
+            f"(best {best['val_perplexity']:.0f}, after the {ordinal[best['epoch'] - 1]} epoch), "
+            f"graphs at {share('books_mr_stats_projected.json')} of the uniform graph's entropy on "
+            f"MR and {share('books_sick_stats_projected.json')} on SICK")
+
+
 def check_temperature_ladder(listops, text):
     """The README's sentences on the sharpened graphs (--graph-temperature): paired with the
     paper's graphs and with the baseline, from the recorded runs; the settings above the baseline
@@ -854,7 +878,9 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             books_row("`gru` (the paper), bfloat16, 12 epochs", "books_gru_curve.json",
                       "books_mr_stats_gru.json", 12),
             books_row("`gru` (the paper), bfloat16, 20 epochs", "books_gru_curve.json",
-                      "books_mr_stats_gru_20.json", 20)]
+                      "books_mr_stats_gru_20.json", 20),
+            books_row("`projected`, bfloat16, 20 epochs", "books_projected_curve.json",
+                      "books_mr_stats_projected.json", 20)]
     for row in rows:
         assert row in readme, f"README lacks: {row}"
     stats = load("books_mr_stats_gru.json")["uniform"]["forward"][0]
@@ -904,7 +930,8 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"BiGRU ({wins(summary['uniform'])})",
             f"add {100 * summary['glomo_rnn']['mean_difference']:.2f} points over the baseline "
             f"({wins(summary['glomo_rnn'])})",
-            f"it prints the seed-0 run's accuracy: {seed0}"]:
+            f"it prints the seed-0 run's accuracy: {seed0}",
+            projected_sentence()]:
         assert figure in text, f"README lacks: {figure}"
     assert len(curve) == 20  # "Twenty epochs"
     assert min(row["val_perplexity"] for row in curve[11:]) > 0.98 * twelfth["val_perplexity"]
