@@ -221,6 +221,9 @@ def encode_splits(questions, test_questions, tokenizer, max_length):
              for part in splits]
     train = parts[0][0]
     answered = int((train.spans[:, 0] >= 0).sum())
+    if not answered:
+        raise ValueError(f"No training answer lies inside --max-length {max_length} units of its "
+                         "passage: raise --max-length (SQuAD's passages need about 300).")
     print(f"{' / '.join(str(len(p)) for p in splits)} questions; {answered} training answers "
           f"inside {max_length} units ({train.beyond} beyond the cap, left out; {train.inexact} "
           "not on unit boundaries, widened to the units they touch)")

@@ -98,10 +98,14 @@ def test_squad_end_to_end_learns_the_planted_answers_and_resumes(reading_task, c
     (["--variants", "baseline", "--split", "kfold"], "runs --split seeded only"),
     (["--variants", "baseline", "--file", "MISSING"], "SQuAD file MISSING not found"),
     (["--variants", "baseline", "--file", "NOTJSON"], "is not JSON"),
+    (["--variants", "baseline", "--file", "PLANTED", "--max-length", "2"],
+     "No training answer lies inside --max-length 2 units"),
 ])
 def test_squad_bad_inputs_exit_2_with_one_line(tmp_path, capsys, argv, fragment):
     (tmp_path / "notjson.json").write_text("{oops")
-    argv = [a.replace("NOTJSON", str(tmp_path / "notjson.json")) for a in argv]
+    planted_squad(tmp_path / "planted.json")
+    argv = [a.replace("NOTJSON", str(tmp_path / "notjson.json")).replace(
+        "PLANTED", str(tmp_path / "planted.json")) for a in argv]
     assert cli.main(["transfer", "--dataset", "squad", *argv,
                      "--output-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
