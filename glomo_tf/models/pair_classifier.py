@@ -72,6 +72,42 @@ class SoftAlignment(keras.layers.Layer):
         return [keras.ops.not_equal(inputs[2], 0), keras.ops.not_equal(inputs[3], 0)]
 
 
+def shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim, rnn_units,
+                        dropout, num_mixtures, transfer_dropout, top_k, graph_temperature):
+    """The encoder both texts of a pair model share (this module's classifier and
+    :func:`glomo_tf.models.build_reader`): ``encode(ids, graphs=None)``, ids -> Embedding ->
+    [GlomoTransfer] -> Dropout -> BiGRU -> [GlomoTransfer] as ``variant`` places it, one set of
+    layers for every call. ``graphs``: the text's graphs given as an input (dense) instead of
+    computed from ``ids`` by the predictor."""
+    learned = variant in PREDICTOR_VARIANTS
+    if learned:
+        check_graph_predictor(variant, graph_predictor, vocabulary_size)
+    transfer = None
+    if variant != "baseline":
+        transfer = GlomoTransfer(graph_predictor if learned else None, num_mixtures=num_mixtures,
+                                 graph_mode="learned" if learned else "uniform",
+                                 dropout=transfer_dropout, top_k=top_k if learned else None,
+                                 graph_temperature=graph_temperature if learned else None,
+                                 name={"uniform": "uniform_graphs"}.get(variant, variant))
+    embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
+                                       name="embedding")
+    embedding_dropout = keras.layers.Dropout(dropout, name="embedding_dropout")
+    encoder = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),
+                                         name="encoder_bigru")
+
+    def encode(ids, graphs=None):
+        source = ids if graphs is None else graphs
+        h = embedding(ids)
+        if variant in ("glomo_embeddings", "uniform"):
+            h = transfer([h, source])
+        h = encoder(embedding_dropout(h))
+        if variant == "glomo_rnn":
+            h = transfer([h, source])
+        return h
+
+    return encode
+
+
 def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", graph_predictor=None,
                           embedding_dim=128, rnn_units=128, dropout=0.3, num_mixtures=2,
                           transfer_dropout=0.0, top_k=None, graph_temperature=None,
@@ -101,35 +137,14 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                          f"got {variant!r}.")
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
-    learned = variant in PREDICTOR_VARIANTS
-    if learned:
-        check_graph_predictor(variant, graph_predictor, vocabulary_size)
-    transfer = None
-    if variant != "baseline":
-        transfer = GlomoTransfer(graph_predictor if learned else None, num_mixtures=num_mixtures,
-                                 graph_mode="learned" if learned else "uniform",
-                                 dropout=transfer_dropout, top_k=top_k if learned else None,
-                                 graph_temperature=graph_temperature if learned else None,
-                                 name={"uniform": "uniform_graphs"}.get(variant, variant))
-    embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
-                                       name="embedding")
-    embedding_dropout = keras.layers.Dropout(dropout, name="embedding_dropout")
-    encoder = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),
-                                         name="encoder_bigru")
+    encode = shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim,
+                                 rnn_units, dropout, num_mixtures, transfer_dropout, top_k,
+                                 graph_temperature)
     projection = keras.layers.Dense(rnn_units, activation="relu", name="projection")
     projection_dropout = keras.layers.Dropout(dropout, name="projection_dropout")
     composition = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),
                                              name="composition_bigru")
     pooling = MaskedMeanMaxPooling(name="mean_max_pooling")
-
-    def encode(ids):
-        h = embedding(ids)
-        if variant in ("glomo_embeddings", "uniform"):
-            h = transfer([h, ids])
-        h = encoder(embedding_dropout(h))
-        if variant == "glomo_rnn":
-            h = transfer([h, ids])
-        return h
 
     first_ids = keras.Input((None,), dtype="int32", name="first_ids")
     second_ids = keras.Input((None,), dtype="int32", name="second_ids")

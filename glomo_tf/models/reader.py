@@ -30,9 +30,8 @@ Example:
 import keras
 import tensorflow as tf
 
-from glomo_tf.layers.glomo_transfer import GlomoTransfer
-from glomo_tf.models.classifier import PREDICTOR_VARIANTS, check_graph_predictor
-from glomo_tf.models.pair_classifier import PAIR_VARIANTS
+from glomo_tf.models.classifier import PREDICTOR_VARIANTS
+from glomo_tf.models.pair_classifier import PAIR_VARIANTS, shared_text_encoder
 
 READER_VARIANTS = PAIR_VARIANTS
 NEGATIVE = -1e9
@@ -161,35 +160,12 @@ def build_reader(vocabulary_size, variant="baseline", graph_predictor=None, embe
     if variant not in READER_VARIANTS:
         raise ValueError(f"A reader's variant is one of {', '.join(READER_VARIANTS)}, got "
                          f"{variant!r}.")
-    learned = variant in PREDICTOR_VARIANTS
-    if learned:
-        check_graph_predictor(variant, graph_predictor, vocabulary_size)
-    if passage_graphs and not learned:
+    if passage_graphs and variant not in PREDICTOR_VARIANTS:
         raise ValueError(f"passage_graphs feeds a predictor's graphs: variants "
                          f"{' / '.join(PREDICTOR_VARIANTS)}, not {variant!r}.")
-    transfer = None
-    if variant != "baseline":
-        transfer = GlomoTransfer(graph_predictor if learned else None, num_mixtures=num_mixtures,
-                                 graph_mode="learned" if learned else "uniform",
-                                 dropout=transfer_dropout, top_k=top_k if learned else None,
-                                 graph_temperature=graph_temperature if learned else None,
-                                 name={"uniform": "uniform_graphs"}.get(variant, variant))
-    embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
-                                       name="embedding")
-    embedding_dropout = keras.layers.Dropout(dropout, name="embedding_dropout")
-    encoder = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),
-                                         name="encoder_bigru")
-
-    def encode(ids, graphs=None):
-        """``graphs``: the text's graphs given as an input instead of computed from ``ids``."""
-        source = ids if graphs is None else graphs
-        h = embedding(ids)
-        if variant in ("glomo_embeddings", "uniform"):
-            h = transfer([h, source])
-        h = encoder(embedding_dropout(h))
-        if variant == "glomo_rnn":
-            h = transfer([h, source])
-        return h
+    encode = shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim,
+                                 rnn_units, dropout, num_mixtures, transfer_dropout, top_k,
+                                 graph_temperature)
 
     passage_ids = keras.Input((None,), dtype="int32", name="passage_ids")
     question_ids = keras.Input((None,), dtype="int32", name="question_ids")
