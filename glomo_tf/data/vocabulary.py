@@ -448,8 +448,7 @@ def split_words(strings, splitter="whitespace", lowercase=False):
         strings, "UTF-8", "UTF-8", errors="replace", replacement_char=REPLACEMENT_CHARACTER)
     if lowercase:
         strings = tf.strings.lower(strings, encoding="utf-8")
-    words, _, _ = _split_with_offsets(strings, splitter)
-    return words
+    return _split_with_offsets(strings, splitter, offsets=False)
 
 
 def split_words_with_offsets(strings, splitter="whitespace", lowercase=False):
@@ -461,13 +460,15 @@ def split_words_with_offsets(strings, splitter="whitespace", lowercase=False):
     strings = tf.strings.unicode_transcode(
         tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8", errors="replace",
         replacement_char=REPLACEMENT_CHARACTER)
-    words, starts, ends = _split_with_offsets(strings, splitter)
+    words, starts, ends = _split_with_offsets(strings, splitter, offsets=True)
     if lowercase:
         words = tf.ragged.map_flat_values(tf.strings.lower, words, encoding="utf-8")
     return words, starts, ends
 
 
-def _split_with_offsets(strings, splitter):
+def _split_with_offsets(strings, splitter, offsets):
+    """The kernel's words of ``strings`` and, with ``offsets``, their ``(starts, ends)``; without,
+    the words alone (the tokenizer's graph, in serving too, builds nothing it discards)."""
     if splitter not in SPLITTERS:
         raise ValueError(f"splitter must be one of {SPLITTERS}, got {splitter!r}.")
     # The whitespace kernel crashes the process when a batch yields no word at all (an empty batch,
@@ -484,9 +485,12 @@ def _split_with_offsets(strings, splitter):
     values, inner_splits, starts, ends, outer_splits = outputs
     words = tf.RaggedTensor.from_nested_row_splits(values, [outer_splits, inner_splits],
                                                    validate=False)
+    words = tf.strings.unicode_encode(words, "UTF-8")[:-1]
+    if not offsets:
+        return words
     starts, ends = (tf.RaggedTensor.from_row_splits(x, outer_splits, validate=False)[:-1]
                     for x in (starts, ends))
-    return tf.strings.unicode_encode(words, "UTF-8")[:-1], starts, ends
+    return words, starts, ends
 
 
 def check_vocabulary_matches(vocabulary, model):
