@@ -150,7 +150,9 @@ def _batches(encoded, rows, batch_size, seed=None, graphs=None):
 def predict_spans(model, encoded, batch_size, graphs=None):
     """``[N, 2]`` best unit spans of every question of ``encoded`` (``graphs``: as
     :func:`_batches`', for a reader with the ``passage_graphs`` input)."""
-    import scipy.special
+    def softmax(logits):  # padding at -1e9 gets 0
+        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
 
     rows = np.arange(len(encoded.passages))
     data, order = _batches(encoded, rows, batch_size, graphs=graphs)
@@ -159,8 +161,7 @@ def predict_spans(model, encoded, batch_size, graphs=None):
     for texts, _ in data:
         start, end = model.predict_on_batch(list(texts))
         part = order[done:done + len(start)]
-        spans[part] = squad.best_spans(scipy.special.softmax(start, axis=-1),
-                                       scipy.special.softmax(end, axis=-1), MAX_ANSWER_UNITS)
+        spans[part] = squad.best_spans(softmax(start), softmax(end), MAX_ANSWER_UNITS)
         done += len(start)
     return spans
 
