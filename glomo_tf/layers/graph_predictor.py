@@ -463,11 +463,11 @@ class GraphPredictor(keras.layers.Layer):
         if self._learned_threshold and self.threshold == "query":
             key_bias = key_bias - self.threshold_kernel[None, :, :, None, None, :]
         query_kernel = self._w(self.query_kernel)  # [2, d, L, K, h]
-        query_bias = self._w(tf.reshape(self.query_bias, [1, 2, L * K, 1, h]))
-        k = self._project(keys, self._w(self.key_kernel))
-        k = k + self._w(tf.reshape(key_bias, [1, 2, L * K, 1, h]))
+        query_bias = self._w(tf.reshape(self.query_bias, [2, 1, L * K * h]))
+        k = self._project(keys, self._w(self.key_kernel),
+                          self._w(tf.reshape(key_bias, [2, 1, L * K * h])))
         if top_rows is None:
-            q = self._project(queries, query_kernel) + query_bias
+            q = self._project(queries, query_kernel, query_bias)
             scores = tf.reshape(tf.matmul(q, k, transpose_b=True),
                                 [batch, 2, L, K, length, length])
             return self._normalize(scores, admissible, 0, training)
@@ -476,16 +476,16 @@ class GraphPredictor(keras.layers.Layer):
         # shape costs about ten times more on CPU outside XLA.
         k_below, k_top = tf.split(k, [below, K], axis=2)
         query_kernel_below, query_kernel_top = tf.split(query_kernel, [L - 1, 1], axis=2)
-        query_bias_below, query_bias_top = tf.split(query_bias, [below, K], axis=2)
+        query_bias_below, query_bias_top = tf.split(query_bias, [below * h, K * h], axis=2)
         if L > 1:
-            q = self._project(queries, query_kernel_below) + query_bias_below
+            q = self._project(queries, query_kernel_below, query_bias_below)
             scores = tf.reshape(tf.matmul(q, k_below, transpose_b=True),
                                 [batch, 2, L - 1, K, length, length])
             graphs = self._normalize(scores, admissible, 0, training)
         else:
             graphs = tf.zeros([batch, 2, 0, K, length, length], self.compute_dtype)
         q = self._project(direction_rows(queries, top_rows, axis=2),
-                          query_kernel_top) + query_bias_top  # [B, 2, K, S, h]
+                          query_kernel_top, query_bias_top)  # [B, 2, K, S, h]
         scores = tf.matmul(q, k_top, transpose_b=True)[:, :, None]  # [B, 2, 1, K, S, T]
         admissible = direction_rows(admissible[:, :, 0, 0], top_rows, axis=2)[:, :, None, None]
         return graphs, self._normalize(scores, admissible, L - 1, training)[:, :, 0]
@@ -507,16 +507,21 @@ class GraphPredictor(keras.layers.Layer):
                          threshold=threshold)
 
     @staticmethod
-    def _project(features, kernel):
-        """``features [B, 2, R, d]`` through the heads of ``kernel [2, d, L', K, h]``:
-        ``[B, 2, L' K, R, h]``, by one ``[B R, d] @ [d, L' K h]`` product per direction. The
-        kernel's gradient is then one product over all ``B R`` rows; as ``[B, 2, 1, R, d] @ [1, 2,
-        L' K, d, h]`` (no transpose of the output) XLA wrote every example's ``[d, L' K h]``
-        gradient and added them up, slower by more than the transposes cost."""
+    def _project(features, kernel, bias):
+        """``features [B, 2, R, d]`` through the heads of ``kernel [2, d, L', K, h]`` plus ``bias
+        [2, 1, L' K h]``: ``[B, 2, L' K, R, h]``, by one ``[B R, d] @ [d, L' K h]`` product per
+        direction. The kernel's gradient is then one product over all ``B R`` rows; as ``[B, 2, 1,
+        R, d] @ [1, 2, L' K, d, h]`` (no transpose of the output) XLA wrote every example's ``[d,
+        L' K h]`` gradient and added them up, slower by more than the transposes cost. The bias
+        rides in the product as one more input row against a column of ones: a separate add and
+        its gradient (a sum over ``B R`` rows) cost about 5% of a bfloat16 pretraining step, the
+        extra row almost nothing."""
         shape = tf.shape(features)
         d, layers, heads, h = kernel.shape[1:]
         flat = tf.reshape(tf.transpose(features, [1, 0, 2, 3]), [2, -1, d])  # [2, B R, d]
-        out = tf.matmul(flat, tf.reshape(kernel, [2, d, layers * heads * h]))
+        flat = tf.concat([flat, tf.ones_like(flat[:, :, :1])], axis=2)
+        kernel = tf.concat([tf.reshape(kernel, [2, d, layers * heads * h]), bias], axis=1)
+        out = tf.matmul(flat, kernel)
         out = tf.reshape(out, [2, shape[0], shape[2], layers * heads, h])
         return tf.transpose(out, [1, 0, 3, 2, 4])
 
