@@ -15,6 +15,9 @@ _PUBLIC = {
     "SharedPrivateRNN": "glomo_tf.layers",
     "GlomoPretrainer": "glomo_tf.models", "Perplexity": "glomo_tf.models",
     "load_graph_predictor": "glomo_tf.saving", "save_graph_predictor": "glomo_tf.saving",
+    # Presets: a pretrained predictor and its tokenizer in one directory (keras-hub's layout).
+    "save_preset": "glomo_tf.presets", "load_preset": "glomo_tf.presets",
+    "list_presets": "glomo_tf.presets", "Tokenizer": "glomo_tf.data.vocabulary",
     # Self-supervised sentence encoders.
     "SentenceEncoder": "glomo_tf.layers", "SentencePretrainer": "glomo_tf.models",
     # GLoMo on images.

@@ -164,7 +164,7 @@ class TransferConfig:
         needing = [v for v in c.variants if v in hparams.PREDICTOR_VARIANTS]
         if c.model is None and needing:
             raise ValueError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
-                             "predictor: pass --run RUN_DIR (or --model and --tokenizer), or run "
+                             "predictor: pass --preset NAME, --run RUN_DIR (or --model and --tokenizer), or run "
                              "only --variants baseline uniform cn3 shared_private.")
         return c
 

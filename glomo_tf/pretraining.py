@@ -10,6 +10,8 @@ A run lives in one output directory::
     RUN/logs/                    TensorBoard: scalars, hyper-parameters, images of learned graphs
     RUN/pretrainer.keras         the whole model, at the end
     RUN/graph_predictor.keras    the graph predictor alone, for GlomoTransfer (glomo_tf.load_graph_predictor)
+    RUN/preset/                  the predictor, its tokenizer and the run's metadata as a preset
+                                 (glomo_tf.load_preset, --preset on glomo extract/transfer/export)
     RUN/metrics.json             final validation loss/perplexity, tokens/s, wall time
 
 Running the same command again on the same ``--output-dir`` resumes from the newest checkpoint: the
@@ -33,7 +35,7 @@ _MODEL = hparams.PRETRAIN_COMMAND
 MODEL_ARGS = tuple(k for k in _MODEL if k != "initial_threshold")
 # Settings that may change between a run and its resumption (everything else must match).
 RESUMABLE = ("epochs", "checkpoint_every", "early_stopping", "probe", "verbose", "strategy", "tpu",
-             "max_undecodable")
+             "max_undecodable", "data_licence")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("plateau", "constant", "cosine")
 SPLITTERS = ("whitespace", "unicode_script")
@@ -104,6 +106,7 @@ class PretrainingConfig:
     checkpoint_every: int = 200
     probe: Optional[list] = None
     verbose: int = 1
+    data_licence: Optional[str] = None
 
     def validated(self):
         """A copy with the defaults that depend on other settings filled in (batch size 32,
@@ -364,7 +367,8 @@ def _pretrain(s, run_dir):
     if first_epoch >= s.epochs:
         print(f"Already trained for {s.epochs} epochs ({step} steps); raise --epochs to "
               "train more.")
-        _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s=None)
+        _save_outputs(model, run_dir, s, validation, started, save_graph_predictor,
+                      tokens_per_s=None, global_batch=global_batch)
         return 0
 
     callbacks = _callbacks(s, model, tokenizer, run_dir, checkpoints, global_batch, validation)
@@ -388,7 +392,8 @@ def _pretrain(s, run_dir):
     last_epoch = [v for h in history for v in h.history.get("val_perplexity", [])]
     _save_outputs(model, run_dir, s, validation, started, save_graph_predictor,
                   tokens_per_s=tokens_per_s[-1] if tokens_per_s else None,
-                  last_epoch_val_perplexity=last_epoch[-1] if last_epoch else None)
+                  last_epoch_val_perplexity=last_epoch[-1] if last_epoch else None,
+                  global_batch=global_batch)
     return 0
 
 
@@ -446,7 +451,7 @@ def _liveness(model, dataset, batches=4):
 
 
 def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s,
-                  last_epoch_val_perplexity=None):
+                  last_epoch_val_perplexity=None, global_batch=None):
     """Evaluates the final model on the validation windows and writes the run's outputs.
 
     With sampled decoding positions (``num_positions``), each evaluation decodes from other
@@ -470,11 +475,28 @@ def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, 
     save_graph_predictor(model.graph_predictor, os.path.join(run_dir, "graph_predictor.keras"))
     with open(os.path.join(run_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
+    _save_preset(model, run_dir, s, metrics, global_batch)
     print(json.dumps(metrics))
     if "last_epoch_val_perplexity" in metrics and s.num_positions is not None:
         print(f"Validation perplexity of the final model: {metrics['val_perplexity']:.2f} (a "
               f"fresh evaluation; the bar's {metrics['last_epoch_val_perplexity']:.2f} after the "
               f"last epoch decoded from other sampled positions: --positions {s.num_positions}).")
-    print(f"Saved {run_dir}/pretrainer.keras, graph_predictor.keras and tokenizer/.")
+    print(f"Saved {run_dir}/pretrainer.keras, graph_predictor.keras, tokenizer/ and preset/.")
+
+
+def _save_preset(model, run_dir, s, metrics, global_batch):
+    """``RUN/preset``: the predictor and tokenizer with what the run knows about them."""
+    from glomo_tf.data.vocabulary import Tokenizer
+    from glomo_tf.presets import save_preset
+    corpus = ([os.path.basename(path) for path in s.train] if s.train
+              else [f"tfds:{s.tfds}/{s.tfds_split}"])
+    steps = metrics["steps"]
+    save_preset(model.graph_predictor, os.path.join(run_dir, "preset"),
+                tokenizer=Tokenizer.load(os.path.join(run_dir, "tokenizer")),
+                metadata={"corpus": corpus, "data_licence": s.data_licence,
+                          "training_steps": steps,
+                          "tokens_seen": steps * global_batch * s.window if global_batch else None,
+                          "validation_perplexity": metrics.get("val_perplexity"),
+                          "made_by": "glomo pretrain"})
 
 

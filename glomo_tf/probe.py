@@ -164,9 +164,11 @@ def random_like(model, seed=0):
     return fresh
 
 
-def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0):
+def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
+                  glomo_presets=()):
     """The encoders to probe: each run of ``runs``; ``baselines`` (``bow``, ``random``) built
-    from the first run; a :class:`GlomoFeatures` per ``glomo pretrain`` run of ``glomo_runs``."""
+    from the first run; a :class:`GlomoFeatures` per ``glomo pretrain`` run of ``glomo_runs``
+    and per preset (a built-in name or a directory) of ``glomo_presets``."""
     from glomo_tf.data.vocabulary import Tokenizer
     from glomo_tf.saving import load_graph_predictor
 
@@ -177,9 +179,9 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0):
     if baselines and not runs:
         raise ValueError("the baselines bow and random are built from a trained run's "
                          "vocabulary and sizes: give --run DIR too.")
-    if not runs and not glomo_runs:
+    if not runs and not glomo_runs and not glomo_presets:
         raise ValueError("nothing to probe: give --run DIR (a glomo sentence-pretrain run) "
-                         "and/or --glomo-run DIR (a glomo pretrain run).")
+                         "and/or --glomo-run DIR (a glomo pretrain run) or --glomo-preset NAME.")
     encoders, names = [], set()
 
     def add(encoder):
@@ -209,6 +211,13 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0):
         add(GlomoFeatures(load_graph_predictor(model_path),
                           Tokenizer.load(os.path.join(run_dir, TOKENIZER_DIR)),
                           f"glomo:{_run_name(run_dir)}", batch_size=batch_size))
+    for preset in glomo_presets:
+        from glomo_tf.presets import load_preset
+        predictor, tokenizer = load_preset(preset)
+        if tokenizer is None:
+            raise ValueError(f"the preset {preset!r} has no tokenizer: it cannot read sentences.")
+        add(GlomoFeatures(predictor, tokenizer, f"glomo:{_run_name(preset)}",
+                          batch_size=batch_size))
     return encoders
 
 
@@ -381,6 +390,7 @@ class ProbeConfig:
     runs: list = dataclasses.field(default_factory=list)
     baselines: list = dataclasses.field(default_factory=list)
     glomo_runs: list = dataclasses.field(default_factory=list)
+    glomo_presets: list = dataclasses.field(default_factory=list)
     tasks: Optional[list] = None
     files: list = dataclasses.field(default_factory=list)
     text_column: str = "text"
@@ -418,6 +428,13 @@ class ProbeConfig:
         for run_dir in list(c.runs) + list(c.glomo_runs):
             if not os.path.isdir(run_dir):
                 raise ValueError(f"{run_dir!r} is not a run directory.")
+        if c.glomo_presets:
+            from glomo_tf.presets import PresetError, preset_directory
+            for preset in c.glomo_presets:
+                try:
+                    preset_directory(preset)
+                except PresetError as error:
+                    raise ValueError(f"--glomo-preset: {error}") from None
         if not c.tasks and not c.files and not c.neighbours:
             raise ValueError("nothing to do: give --tasks, --file or --neighbours.")
         return c
@@ -430,7 +447,8 @@ def run_probe(config, log=print):
     started = time.perf_counter()
     tasks = load_tasks(c.tasks, c.files, c.data_dir, c.max_examples, c.seed, c.text_column,
                        c.label_column)
-    encoders = load_encoders(c.runs, c.baselines, c.glomo_runs, c.batch_size, c.seed)
+    encoders = load_encoders(c.runs, c.baselines, c.glomo_runs, c.batch_size, c.seed,
+                             c.glomo_presets)
     results = {}
     for encoder in encoders:
         results[encoder.name] = {}

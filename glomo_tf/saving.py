@@ -36,13 +36,17 @@ def load_graph_predictor(filepath, trainable=False, dtype=None):
     """Loads a predictor saved by :func:`save_graph_predictor`; frozen unless ``trainable``.
 
     Args:
-        filepath: a ``.keras`` file, or the run directory of ``glomo pretrain`` (its
-            ``graph_predictor.keras`` is read).
+        filepath: a ``.keras`` file, the run directory of ``glomo pretrain`` (its
+            ``graph_predictor.keras`` is read), or a preset directory
+            (:func:`glomo_tf.save_preset`).
         trainable: bool, leave the predictor trainable (for fine-tuning).
         dtype: optional dtype policy to run it in (``"mixed_bfloat16"``, ``"float32"``); default:
             the policy it was saved with. See :func:`with_dtype_policy`.
     """
     filepath = os.fspath(filepath)
+    from glomo_tf.presets import is_preset, load_preset_predictor
+    if os.path.isdir(filepath) and is_preset(filepath):
+        return load_preset_predictor(filepath, trainable=trainable, dtype=dtype)
     if os.path.isdir(filepath):
         run_file = os.path.join(filepath, "graph_predictor.keras")
         if not os.path.isfile(run_file):

@@ -185,6 +185,17 @@ def transfer_cost_row():
     return row("transfer_cost.py", "transfer_cost", figures, r)
 
 
+def preset_load_row():
+    r = load("preset_load")
+    m, rounds = r["median_s"], r["rounds_s"]
+    names = {"import_s": "import glomo_tf", "load_preset_s": "load_preset",
+             "first_graphs_s": "first graphs"}
+    figures = f"{r['preset']}, {r['rounds']} fresh interpreters: " + ", ".join(
+        f"{names[k]} {m[k]:.2f} s (rounds {min(rounds[k]):.2f}-{max(rounds[k]):.2f})"
+        for k in names)
+    return row("preset_load.py", "preset_load", figures, r)
+
+
 def all_rows():
     return [transfer_overhead_row(name) for name in (
         "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
@@ -192,7 +203,7 @@ def all_rows():
         sparse_mixture_row(), serving_latency_row(), serving_latency_row("serving_latency_large"),
         *serving_soak_rows(),
         *ordered_memory_rows(), top_k_accuracy_row(), top_k_accuracy_row("sst2", "SST-2"),
-        *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row()]
+        *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row(), preset_load_row()]
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,7 @@ in the original format (bare digits included), the example's tiny run end to end
 the graphs' agreement with the gold parents, transfer, saved classifiers) and its evaluate
 command on a file of one's own."""
 
-import importlib.util
 import json
-import os
 
 import numpy as np
 import pytest
@@ -13,18 +11,15 @@ import pytest
 from glomo_tf import cli
 from glomo_tf.data.listops import generate_listops, write_listops
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _examples import load_example
+
 TINY = ["--embedding-dim", "16", "--rnn-units", "8", "--attention-heads", "2", "--dropout", "0.0",
         "--batch-size", "25", "--verbose", "2"]
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location(
-        "listops_graphs", os.path.join(ROOT, "examples", "listops_graphs.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("listops_graphs")
 
 
 def test_transfer_reads_listops_files_with_a_test_file(tmp_path):

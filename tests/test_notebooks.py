@@ -137,3 +137,20 @@ def test_graph_gallery_notebook(tmp_path, kernel_env):
     assert text.count("M H equals the layer's chained output: True") == len(mixed)
     # One figure per sentence for the heads and one for the mixed graphs.
     assert len(png_images(notebook)) == len(heads) + len(mixed)
+
+
+@pytest.mark.slow
+def test_presets_notebook(tmp_path, kernel_env):
+    check_stored("presets.ipynb")
+    notebook = run_notebook("presets.ipynb", tmp_path, kernel_env)
+    text = check_ran_cleanly(notebook)
+    # The preset loaded frozen and matches the graphs recorded with it.
+    assert "trainable: False" in text
+    assert re.search(r"reference graphs within \S+ of the recorded ones \(tolerance \S+\): "
+                     r"True", text), text[-1500:]
+    # Two sentences, each with both directions' strongest sources and a two-panel figure.
+    assert text.count(" panels: 2 drawn") == 2 and len(png_images(notebook)) == 2
+    assert len(re.findall(r"sentence \d (forward|backward): \S+->\S+", text)) == 4
+    accuracies = dict(re.findall(r"test accuracy \((\w+)\): (\S+)", text))
+    assert set(accuracies) == {"glomo_rnn", "baseline"}, text[-1000:]
+    assert all(0.0 <= float(v) <= 1.0 for v in accuracies.values())

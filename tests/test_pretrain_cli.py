@@ -245,6 +245,19 @@ def test_run_directory_holds_config_tokenizer_checkpoints_models_and_metrics(fin
     np.testing.assert_array_equal(predictor(ids)["graphs"].numpy(),
                                   model.graph_predictor(ids)["graphs"].numpy())
 
+    # RUN/preset: the same predictor and tokenizer, with what the run knows about them.
+    from glomo_tf.presets import load_preset, preset_metadata
+    preset_predictor, preset_tokenizer = load_preset(os.path.join(run, "preset"))
+    np.testing.assert_array_equal(preset_tokenizer.encode([PROBE], max_length=12).numpy(),
+                                  tokenizer.encode([PROBE], max_length=12).numpy())
+    np.testing.assert_allclose(preset_predictor(ids)["graphs"].numpy(),
+                               model.graph_predictor(ids)["graphs"].numpy(), atol=1e-6)
+    info = preset_metadata(os.path.join(run, "preset"))
+    batch = config["batch_size"]
+    assert info["tokens_seen"] == 6 * batch * config["window"] and info["training_steps"] == 6
+    assert info["corpus"] == ["corpus.txt"] and info["made_by"] == "glomo pretrain"
+    assert info["validation_perplexity"] == pytest.approx(metrics["val_perplexity"])
+
 
 def test_tensorboard_has_scalars_hparams_and_graph_images(finished_run):
     from tensorboard.plugins.hparams import plugin_data_pb2

@@ -209,3 +209,27 @@ def test_command_line(tmp_path, capsys):
     assert cli.main(["probe", "--run", str(damaged), "--file", task]) == 2
     err = capsys.readouterr().err
     assert "Could not load" in err and "sentence-pretrain" in err and len(err.splitlines()) == 1
+
+
+def test_glomo_preset_features_equal_the_predictors(tmp_path, capsys):
+    """--glomo-preset: the preset's predictor and tokenizer give the features of the originals;
+    an unknown preset is one line that lists the built-in ones."""
+    from glomo_tf import cli
+    from glomo_tf.presets import save_preset
+
+    tokenizer = Tokenizer.build([" ".join(WORDS)])
+    predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=4, num_layers=2,
+                               num_heads=2, conv_layers=1)
+    predictor.build((None, None))
+    preset = save_preset(predictor, tmp_path / "preset", tokenizer=tokenizer)
+    (encoder,) = probe.load_encoders(glomo_presets=[preset])
+    texts = ["the film was good", "bad"]
+    np.testing.assert_allclose(encoder.encode(texts),
+                               probe.GlomoFeatures(predictor, tokenizer).encode(texts), atol=1e-6)
+    task = write_task(tmp_path / "planted.tsv")
+    assert cli.main(["probe", "--glomo-preset", preset, "--file", task, "--folds", "3",
+                     "--inner-folds", "2", "--c-values", "1", "--max-examples", "60"]) == 0
+    assert "| glomo:preset |" in capsys.readouterr().out
+    assert cli.main(["probe", "--glomo-preset", "nope", "--file", task]) == 2
+    err = capsys.readouterr().err
+    assert "no preset 'nope'" in err and "glomo_books_en" in err and len(err.splitlines()) == 1

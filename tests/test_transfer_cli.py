@@ -75,6 +75,27 @@ def test_transfer_end_to_end_with_a_run_dir(task, capsys):
     assert "| baseline | 2 |" in printed and "Epoch 1/2" in printed  # table and fit's progress
 
 
+def test_transfer_with_a_preset_gives_the_run_dirs_results(task, capsys):
+    """--preset NAME_OR_DIR reads the same predictor and tokenizer as --run: equal accuracies."""
+    from glomo_tf.data import Tokenizer
+    from glomo_tf.presets import save_preset
+    from glomo_tf.saving import load_graph_predictor
+
+    root, data, run_dir = task
+    preset = save_preset(load_graph_predictor(str(run_dir)), root / "preset",
+                         tokenizer=Tokenizer.load(str(run_dir / "tokenizer")))
+    common = ["--dataset", "file", "--file", str(data), "--text-column", "sentence",
+              "--label-column", "class", "--variants", "glomo_rnn", "--seeds", "0",
+              "--epochs", "1", "--patience", "1", "--max-length", "16", *TINY]
+    accuracies = []
+    for source, out in (["--run", str(run_dir)], "by_run"), (["--preset", preset], "by_preset"):
+        assert cli.main(["transfer", *source, *common, "--output-dir", str(root / out)]) == 0
+        with open(root / out / "results.json", encoding="utf-8") as handle:
+            accuracies.append(json.load(handle)["runs"][0]["accuracy"])
+    capsys.readouterr()
+    assert accuracies[0] == accuracies[1]
+
+
 @pytest.mark.slow
 def test_graph_cache_gives_the_online_results_and_top_k_runs(task, capsys):
     """--graph-cache and the online default (--no-graph-cache): the same accuracies and epochs

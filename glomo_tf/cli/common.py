@@ -22,8 +22,12 @@ class UsageError(Exception):
 
 
 def add_pretrained_arguments(parser):
-    """``--run`` or ``--model`` + ``--tokenizer``: a pretrained predictor and its tokenizer."""
+    """``--preset``, ``--run`` or ``--model`` + ``--tokenizer``: a pretrained predictor and its
+    tokenizer."""
     group = parser.add_argument_group("pretrained graphs")
+    group.add_argument("--preset", metavar="NAME_OR_DIR",
+                       help="a built-in preset (glomo_books_en, ...) or a preset directory "
+                            "(RUN/preset of glomo pretrain)")
     group.add_argument("--run", help="a glomo pretrain output directory")
     group.add_argument("--model", help="a graph_predictor.keras file (instead of --run)")
     group.add_argument("--tokenizer", help="its tokenizer directory (with --model)")
@@ -31,11 +35,17 @@ def add_pretrained_arguments(parser):
 
 
 def pretrained_paths(args):
-    """``(predictor file, tokenizer directory)`` named by ``--run`` or ``--model``/``--tokenizer``.
+    """``(predictor path, tokenizer directory)`` named by ``--preset``, ``--run`` or
+    ``--model``/``--tokenizer`` (a preset's predictor path is its directory, which
+    :func:`glomo_tf.load_graph_predictor` reads).
 
-    Returns ``(None, None)`` when neither is given (callers say whether that is an error); raises
+    Returns ``(None, None)`` when none is given (callers say whether that is an error); raises
     :class:`UsageError` for half-given or missing paths.
     """
+    if getattr(args, "preset", None):
+        if args.run or args.model or args.tokenizer:
+            raise UsageError("Give one of --preset, --run, or --model and --tokenizer.")
+        return preset_paths(args.preset, "--preset")
     if args.run:
         if args.model or args.tokenizer:
             raise UsageError("Give either --run, or --model and --tokenizer, not both.")
@@ -57,6 +67,17 @@ def pretrained_paths(args):
     if not os.path.exists(tokenizer):
         raise UsageError(f"No tokenizer at {tokenizer!r} (a directory with vocab.txt).")
     return model, tokenizer
+
+
+def preset_paths(preset, flag):
+    """``(preset directory, its tokenizer directory)`` for ``flag PRESET``, checked (without
+    loading TensorFlow): an unknown name lists the built-in presets."""
+    from glomo_tf.presets import PresetError, preset_directory, tokenizer_directory
+    try:
+        directory = preset_directory(preset)
+        return directory, tokenizer_directory(directory)
+    except PresetError as error:
+        raise UsageError(f"{flag}: {error}") from None
 
 
 def add_verbose_argument(parser):

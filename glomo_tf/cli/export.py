@@ -5,6 +5,7 @@ integer, one more than the newest already there unless ``--version`` is given. E
 
     glomo export --model run/pretrainer.keras --vocab run/tokenizer \\
         --export-dir serving/models --model-name glomo
+    glomo export --preset glomo_books_en --export-dir serving/models --model-name glomo
 
 The command parses the flags, then calls :func:`glomo_tf.export.saved_model.export_saved_model`.
 """
@@ -22,7 +23,10 @@ def register(subparsers):
         "export", help="export a SavedModel for TensorFlow Serving",
         description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].split(" Example")[0],
         formatter_class=HelpFormatter)
-    p.add_argument("--model", required=True, metavar="PATH",
+    p.add_argument("--preset", metavar="NAME_OR_DIR",
+                   help="a built-in preset (glomo_books_en, ...) or a preset directory (RUN/preset "
+                        "of glomo pretrain), instead of --model: its own tokenizer is exported")
+    p.add_argument("--model", metavar="PATH",
                    help="the .keras file of a pretrainer or graph predictor (RUN/pretrainer.keras "
                         "or RUN/graph_predictor.keras from glomo pretrain)")
     p.add_argument("--vocab", metavar="DIR",
@@ -46,6 +50,15 @@ def register(subparsers):
 
 
 def run(args):
+    if args.preset:
+        if args.model or args.vocab:
+            raise UsageError("Give --preset, or --model (and --vocab), not both: a preset holds "
+                             "its own tokenizer.")
+        from glomo_tf.cli.common import preset_paths
+        model_path, vocab = preset_paths(args.preset, "--preset")
+        return _export(args, vocab, lambda: _preset_predictor(model_path))
+    if not args.model:
+        raise UsageError("Say what to export: --preset NAME_OR_DIR, or --model FILE.keras.")
     model_path = os.path.abspath(args.model)
     if not os.path.isfile(model_path):
         raise UsageError(f"no model file at {args.model!r}: pass the .keras file written by glomo "
@@ -61,11 +74,25 @@ def run(args):
         raise UsageError(f"no vocabulary at {vocab!r}: pass the directory holding vocab.txt and "
                          "tokenizer.json (glomo pretrain writes RUN/tokenizer).")
 
+    return _export(args, vocab, lambda: _keras_file_predictor(model_path))
+
+
+def _preset_predictor(directory):
+    from glomo_tf.presets import load_preset_predictor
+    return load_preset_predictor(directory)
+
+
+def _keras_file_predictor(model_path):
+    from glomo_tf.export import saved_model
+    return saved_model.resolve_graph_predictor(saved_model.load_keras_model(model_path))
+
+
+def _export(args, vocab, load_predictor):
     from glomo_tf.export import saved_model, serving_ops
 
     try:
         tokenizer = saved_model.resolve_tokenizer(vocab)
-        predictor = saved_model.resolve_graph_predictor(saved_model.load_keras_model(model_path))
+        predictor = load_predictor()
         path = saved_model.export_saved_model(
             predictor, tokenizer, args.export_dir, args.model_name, version=args.model_version,
             max_length=args.max_length, top_k=args.top_k, precision=args.precision)

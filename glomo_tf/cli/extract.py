@@ -70,8 +70,8 @@ def register(subparsers):
 def _paths(args):
     model, tokenizer = pretrained_paths(args)
     if model is None:
-        raise UsageError("Say which predictor to use: --run RUN_DIR, or --model FILE.keras "
-                         "--tokenizer DIR.")
+        raise UsageError("Say which predictor to use: --preset NAME, --run RUN_DIR, or "
+                         "--model FILE.keras --tokenizer DIR.")
     return model, tokenizer
 
 

@@ -124,6 +124,8 @@ def register(subparsers):
                            help="tf.distribute strategy: one device, every local GPU, several "
                                 "workers, or a TPU")
     run_group.add_argument("--tpu", default=D.tpu, help="TPU name or address for --strategy tpu")
+    run_group.add_argument("--data-licence", default=D.data_licence, metavar="TEXT",
+                           help="the corpus' licence, recorded in the preset's metadata.json")
     run_group.add_argument("--checkpoint-every", type=int, default=D.checkpoint_every,
                            metavar="STEPS",
                            help="steps between crash-safe checkpoints")

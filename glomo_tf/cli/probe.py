@@ -25,6 +25,10 @@ def register(subparsers):
                           "encoder of the first run's sizes")
     enc.add_argument("--glomo-run", dest="glomo_runs", nargs="+", default=[], metavar="DIR",
                      help="glomo pretrain run directories (GLoMo features)")
+    enc.add_argument("--glomo-preset", dest="glomo_presets", nargs="+", default=[],
+                     metavar="NAME_OR_DIR",
+                     help="graph-predictor presets, built-in names or directories (GLoMo "
+                          "features)")
     tasks = p.add_argument_group("tasks")
     tasks.add_argument("--tasks", nargs="*", default=None, choices=hparams.PROBE_TASKS,
                        help="built-in tasks (default: all of them, unless --file or "

@@ -8,7 +8,8 @@ several seeds, with ``model.fit`` (early stopping on validation accuracy, best w
 and reports test accuracy per variant and a paired comparison of each other variant with the
 baseline on the same seeds and splits.
 
-The pretrained graph predictor and its tokenizer come from a ``glomo pretrain`` run
+The pretrained graph predictor and its tokenizer come from a preset (``--preset NAME_OR_DIR``: a
+built-in one such as ``glomo_books_en``, or ``RUN/preset``), from a ``glomo pretrain`` run
 (``--run RUN_DIR``: ``RUN/graph_predictor.keras`` and ``RUN/tokenizer/``) or are given separately
 (``--model FILE.keras --tokenizer DIR``). Every variant then reads the pretraining tokenizer's ids.
 Without a predictor only ``--variants baseline uniform cn3 shared_private`` can run; the tokenizer

@@ -344,6 +344,17 @@ class Tokenizer(tf.Module):
         settings.update({k: v for k, v in (vocabulary.settings or {}).items() if k in cls.DEFAULTS})
         return cls(vocabulary, **settings)
 
+    @classmethod
+    def from_preset(cls, preset):
+        """The tokenizer of ``preset`` (a built-in name, see :func:`glomo_tf.list_presets`, or a
+        directory written by :func:`glomo_tf.save_preset`): the ids its predictor reads."""
+        from glomo_tf.presets import PresetError, load_preset_tokenizer
+        tokenizer = load_preset_tokenizer(preset)
+        if tokenizer is None:
+            raise PresetError(f"the preset {preset!r} has no tokenizer: its predictor reads "
+                              "token ids, not text.")
+        return tokenizer
+
     @property
     def vocabulary_size(self):
         """Number of ids, ``<pad>`` and ``<unk>`` included (the model's ``vocabulary_size``)."""

@@ -157,6 +157,19 @@ class GlomoTransfer(keras.layers.Layer):
             raise ValueError("GlomoTransfer called on token ids alone needs a graph_predictor.")
         return None, inputs, None
 
+    @classmethod
+    def from_preset(cls, preset, dtype=None, fine_tune=False, **kwargs):
+        """A ``GlomoTransfer`` on the predictor of ``preset`` (a built-in name, see
+        :func:`glomo_tf.list_presets`, or a directory written by :func:`glomo_tf.save_preset`);
+        ``kwargs`` are the layer's other arguments. Feed it the preset's token ids
+        (:meth:`glomo_tf.data.Tokenizer.from_preset`).
+
+        >>> transfer = GlomoTransfer.from_preset("glomo_books_en", num_mixtures=2)
+        """
+        from glomo_tf.presets import load_preset_predictor
+        predictor = load_preset_predictor(preset, trainable=fine_tune, dtype=dtype)
+        return cls(graph_predictor=predictor, fine_tune=fine_tune, **kwargs)
+
     def build(self, input_shape):
         if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
             if len(input_shape) not in (2, 3):

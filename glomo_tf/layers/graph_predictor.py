@@ -284,6 +284,15 @@ class GraphPredictor(keras.layers.Layer):
             outputs["graphs"] = self._graphs(queries, keys, admissible, training)
         return outputs
 
+    @classmethod
+    def from_preset(cls, preset, trainable=False, dtype=None):
+        """The predictor of ``preset``: a built-in name (:func:`glomo_tf.list_presets`) or a
+        directory written by :func:`glomo_tf.save_preset`; frozen unless ``trainable``, run in
+        the dtype policy ``dtype`` (default float32). Its tokenizer:
+        :meth:`glomo_tf.data.Tokenizer.from_preset`."""
+        from glomo_tf.presets import load_preset_predictor
+        return load_preset_predictor(preset, trainable=trainable, dtype=dtype)
+
     def graphs_with_top_rows(self, token_ids, rows, training=False):
         """Every layer's graphs but the last, and the last layer's rows at ``rows`` only.
 
