@@ -43,8 +43,8 @@ def toy(tmp_path_factory):
     full = presets.save_preset(predictor, str(root / "full"), tokenizer=tokenizer,
                                metadata={"corpus": ["toy"], "tokens_seen": 123},
                                reference_texts=CORPUS)
-    half = presets.save_preset(predictor, str(root / "half"), tokenizer=tokenizer,
-                               weights_dtype="float16", reference_texts=CORPUS)
+    half = predictor.save_to_preset(str(root / "half"), tokenizer=tokenizer,
+                                    weights_dtype="float16", reference_texts=CORPUS)
     return dict(tokenizer=tokenizer, predictor=predictor, ids=ids, graphs=graphs, full=full,
                 half=half, root=root)
 

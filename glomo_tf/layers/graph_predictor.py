@@ -293,6 +293,12 @@ class GraphPredictor(keras.layers.Layer):
         from glomo_tf.presets import load_preset_predictor
         return load_preset_predictor(preset, trainable=trainable, dtype=dtype)
 
+    def save_to_preset(self, preset_dir, tokenizer=None, **kwargs):
+        """Writes this predictor (and the ``tokenizer`` whose ids it reads) as a preset
+        directory: :func:`glomo_tf.save_preset`, whose other arguments ``kwargs`` are."""
+        from glomo_tf.presets import save_preset
+        return save_preset(self, preset_dir, tokenizer=tokenizer, **kwargs)
+
     def graphs_with_top_rows(self, token_ids, rows, training=False):
         """Every layer's graphs but the last, and the last layer's rows at ``rows`` only.
 
