@@ -39,6 +39,7 @@ TFDS_NAMES = {"imdb": "imdb_reviews", "sst2_tfds": "glue/sst2"}
 # Datasets read from files with an official split: train for training, dev for validation.
 SST_DATASETS = {"sst2": False, "sst5": True}  # name -> fine_grained
 SPLITS = ("seeded", "kfold")
+INIT_EMBEDDINGS = (None, "predictor")  # --init-embeddings
 VALIDATION_FRACTION = 0.1
 TEST_FRACTION = 0.1
 
@@ -61,6 +62,10 @@ class TransferConfig:
     cache and in the GLoMo layers alike. ``graph_temperature``: None (the predictor's graphs as
     they are) or a float above 0 that sharpens (below 1) or flattens (above 1) them
     (:func:`glomo_tf.ops.sharpen_graphs`), in the cache and the GLoMo layers alike.
+    ``init_embeddings``: None (the models' word embeddings start random) or ``"predictor"``: every
+    variant's, the baseline's included, start from the predictor's embedding table (the same ids;
+    ``embedding_dim`` must be the predictor's width) and are trained from there, as the paper's
+    models all start from GloVe.
 
     ``resume`` (default False): ``output_dir`` may already hold a ``results.json`` of the same
     settings (seeds and variants aside); its runs are kept and only the missing (variant, seed,
@@ -100,6 +105,7 @@ class TransferConfig:
     graph_cache: bool = False
     top_k: Optional[int] = None
     graph_temperature: Optional[float] = None
+    init_embeddings: Optional[str] = None
     precision: str = "float32"
     save_models: bool = False
     resume: bool = False
@@ -161,6 +167,13 @@ class TransferConfig:
         check_precision(c.precision)
         if not 0.0 <= c.transfer_dropout < 1.0:
             raise ValueError(f"--transfer-dropout must be in [0, 1), got {c.transfer_dropout}.")
+        if c.init_embeddings not in INIT_EMBEDDINGS:
+            raise ValueError(f"--init-embeddings must be one of "
+                             f"{', '.join(str(v) for v in INIT_EMBEDDINGS[1:])}, got "
+                             f"{c.init_embeddings!r}.")
+        if c.init_embeddings == "predictor" and c.model is None:
+            raise ValueError("--init-embeddings predictor needs a pretrained predictor: pass "
+                             "--preset NAME or --run RUN_DIR.")
         needing = [v for v in c.variants if v in hparams.PREDICTOR_VARIANTS]
         if c.model is None and needing:
             raise ValueError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
@@ -447,6 +460,7 @@ def _run_transfer(config, record):
                     attention_heads=config.attention_heads, dropout=config.dropout,
                     num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
                     top_k=config.top_k, graph_temperature=config.graph_temperature)
+                initial_embeddings(model, predictor, config)
                 graphs = None
                 if (predictor is not None and config.graph_cache
                         and variant in hparams.PREDICTOR_VARIANTS):
@@ -504,6 +518,17 @@ def _prepare_output(config, record, class_names):
     return saved_config, runs, {(r["variant"], r["seed"], r["fold"]) for r in runs}
 
 
+def initial_embeddings(model, predictor, config):
+    """``model`` with its word embeddings (the layer named ``embedding``) set to the predictor's
+    table when ``config.init_embeddings == "predictor"``; unchanged otherwise."""
+    if config.init_embeddings != "predictor":
+        return model
+    import keras
+    table = np.asarray(keras.ops.convert_to_numpy(predictor.embeddings), np.float32)
+    model.get_layer("embedding").set_weights([table])
+    return model
+
+
 def _load_pretrained(config):
     """``(predictor, tokenizer)`` of ``config.model`` / ``config.tokenizer`` (None, None without
     a model); the predictor runs in ``config.precision``."""
@@ -518,6 +543,10 @@ def _load_pretrained(config):
     except FileNotFoundError as error:
         raise ValueError(str(error).replace("\n", " ")) from None
     check_vocabulary_matches(tokenizer.vocabulary, predictor)
+    if config.init_embeddings == "predictor" and config.embedding_dim != predictor.hidden_dim:
+        raise ValueError(f"--init-embeddings predictor needs --embedding-dim "
+                         f"{predictor.hidden_dim} (the predictor's width), got "
+                         f"{config.embedding_dim}.")
     return predictor, tokenizer
 
 
@@ -653,6 +682,7 @@ def _run_pair_transfer(config, record):
                 rnn_units=config.rnn_units, dropout=config.dropout,
                 num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
                 top_k=config.top_k, graph_temperature=config.graph_temperature)
+            initial_embeddings(model, predictor, config)
             start = time.perf_counter()
             predictions, epochs_run = train_and_evaluate_pairs(
                 model, train_data, validation_data, tests, seed=seed, **training)

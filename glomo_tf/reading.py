@@ -283,6 +283,7 @@ def run_reading(config, record):
         cached = (config.graph_cache and predictor is not None
                   and variant in hparams.PREDICTOR_VARIANTS)
         model = build_reader(encoder.vocabulary_size, variant, passage_graphs=cached, **settings)
+        experiments.initial_embeddings(model, predictor, config)
         start = time.perf_counter()
         scores, epochs_run, spans = train_and_evaluate_reader(
             model, *parts, seed=seed, graphs=graphs() if cached else None, **training)

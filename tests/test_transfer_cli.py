@@ -298,3 +298,49 @@ def test_glomo_variants_are_also_paired_with_the_uniform_graph():
     assert "| variant - uniform |" in markdown
     assert "| glomo_rnn | 3 | +2.00 | 3 / 0 / 0 |" in markdown
     assert markdown.count("| glomo_rnn | 3 |") == 3  # accuracy row, vs baseline, vs uniform
+
+
+def test_init_embeddings_start_every_variant_from_the_predictors_table(task, capsys):
+    """--init-embeddings predictor: the classifier's, the pair classifier's and the reader's
+    embedding tables equal the predictor's before training (the baseline's too); a run trains
+    from there; a width other than the predictor's is one line before any training."""
+    import keras
+
+    from glomo_tf.experiments import TransferConfig, _load_pretrained, initial_embeddings
+    from glomo_tf.models.classifier import build_classifier
+    from glomo_tf.models.pair_classifier import build_pair_classifier
+    from glomo_tf.models.reader import build_reader
+
+    root, data, run_dir = task
+    config = TransferConfig(dataset="file", file=str(data), output_dir=str(root / "init"),
+                            model=str(run_dir / "graph_predictor.keras"),
+                            tokenizer=str(run_dir / "tokenizer"), embedding_dim=8,
+                            init_embeddings="predictor").validated()
+    predictor, tokenizer = _load_pretrained(config)
+    table = keras.ops.convert_to_numpy(predictor.embeddings)
+    size = tokenizer.vocabulary_size
+    for model in (build_classifier(size, 2, "baseline", embedding_dim=8, rnn_units=4),
+                  build_pair_classifier(size, 3, "glomo_rnn", predictor, embedding_dim=8,
+                                        rnn_units=4),
+                  build_reader(size, "baseline", embedding_dim=8, rnn_units=4)):
+        before = model.get_layer("embedding").get_weights()[0]
+        assert np.abs(before - table).max() > 1e-3  # a fresh table is random
+        initial_embeddings(model, predictor, config)
+        np.testing.assert_array_equal(model.get_layer("embedding").get_weights()[0], table)
+
+    out = root / "init_run"
+    common = ["transfer", "--run", str(run_dir), "--dataset", "file", "--file", str(data),
+              "--text-column", "sentence", "--label-column", "class", "--variants", "baseline",
+              "--seeds", "0", "--epochs", "1", "--patience", "1", "--max-length", "16",
+              *TINY, "--init-embeddings", "predictor"]
+    assert cli.main([*common, "--embedding-dim", "8", "--output-dir", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["config"]["init_embeddings"] == \
+        "predictor"
+    capsys.readouterr()
+    assert cli.main([*common, "--output-dir", str(root / "init_bad")]) == 2  # TINY: width 16
+    err = capsys.readouterr().err
+    assert "--init-embeddings predictor needs --embedding-dim 8" in err
+    assert len(err.strip().splitlines()) == 1 and "== file" not in capsys.readouterr().out
+    assert cli.main(["transfer", "--dataset", "mr", "--variants", "baseline",
+                     "--init-embeddings", "predictor", "--output-dir", str(root / "x")]) == 2
+    assert "needs a pretrained predictor" in capsys.readouterr().err

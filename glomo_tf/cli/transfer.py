@@ -124,6 +124,10 @@ def register(subparsers):
     model.add_argument("--transfer-dropout", type=float, default=D.transfer_dropout,
                        help="dropout on GlomoTransfer's fused input [H ; M H ...] (GLoMo and "
                             "uniform variants; default 0.0)")
+    model.add_argument("--init-embeddings", choices=("predictor",), default=D.init_embeddings,
+                       help="predictor: every variant's word embeddings (the baseline's too) "
+                            "start from the pretrained predictor's table (--embedding-dim must "
+                            "be its width; default: random)")
     model.add_argument("--graph-temperature", type=float, default=D.graph_temperature,
                        metavar="TAU",
                        help="GLoMo variants: raise every row of the predictor's graphs to the "
