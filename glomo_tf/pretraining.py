@@ -28,7 +28,7 @@ from typing import Optional
 
 from glomo_tf import hparams
 from glomo_tf.precision import check_precision, precision_scope
-from glomo_tf.runs import refuse_changed_settings
+from glomo_tf.runs import open_run_directory, refuse_changed_settings, resuming
 
 _MODEL = hparams.PRETRAIN_COMMAND
 # GlomoPretrainer.from_sizes' arguments among the settings (initial_threshold keeps its default).
@@ -241,14 +241,14 @@ def load_or_build_tokenizer(s, lines, run_dir):
     from glomo_tf import training
     from glomo_tf.data.vocabulary import Tokenizer
     saved = os.path.join(run_dir, "tokenizer")
-    resuming = _resuming(run_dir) and os.path.isfile(os.path.join(saved, "vocab.txt"))
-    source = saved if resuming else s.vocab
+    resumed = resuming(run_dir) and os.path.isfile(os.path.join(saved, "vocab.txt"))
+    source = saved if resumed else s.vocab
     if source:
         try:
             tokenizer = Tokenizer.load(source)
         except (ValueError, FileNotFoundError, OSError) as error:
             raise ValueError(f"cannot load the tokenizer from {source}: {error}") from None
-        if not resuming and training.is_chief():  # the run holds its tokenizer, as when built
+        if not resumed and training.is_chief():  # the run holds its tokenizer, as when built
             tokenizer.save(saved)
         return tokenizer
     print(f"Building the vocabulary (at most {s.vocab_size} units) ...", flush=True)
@@ -295,25 +295,10 @@ def run_pretraining(config):
     """Runs (or resumes) the pretraining a :class:`PretrainingConfig` describes, in its
     ``output_dir``; returns 0. Raises ``ValueError`` for settings or data to change."""
     s = config.validated()  # before TensorFlow loads: a bad setting fails at once
-    from glomo_tf import training
     run_dir = s.output_dir
-    os.makedirs(run_dir, exist_ok=True)
-    config_path = os.path.join(run_dir, "config.json")
-    # Only a run with a checkpoint is resumed; a directory whose run never got that far (e.g. it
-    # stopped on a usage error) starts afresh with the new settings.
-    if _resuming(run_dir) and os.path.isfile(config_path):
-        with open(config_path) as f:
-            check_resumable(json.load(f), dataclasses.asdict(s))
-    if training.is_chief():  # on a shared file system, one writer
-        with open(config_path, "w") as f:
-            json.dump(dataclasses.asdict(s), f, indent=1)
+    open_run_directory(run_dir, dataclasses.asdict(s), check_resumable)
     with precision_scope(s.precision):
         return _pretrain(s, run_dir)
-
-
-def _resuming(run_dir):
-    from glomo_tf import training
-    return bool(training.list_checkpoints(os.path.join(run_dir, "checkpoints")))
 
 
 def _pretrain(s, run_dir):
@@ -334,7 +319,7 @@ def _pretrain(s, run_dir):
         raise ValueError(f"--global-batch-size {global_batch} is not divisible by the "
                          f"{replicas} replicas.")
 
-    first_start = not _resuming(run_dir)  # a resumed run's corpus passed the checks already
+    first_start = not resuming(run_dir)  # a resumed run's corpus passed the checks already
     lines = load_corpus(s, check_encoding=first_start)
     tokenizer = load_or_build_tokenizer(s, lines, run_dir)
     validation_lines = load_corpus(dataclasses.replace(s, train=s.validation, tfds=None),

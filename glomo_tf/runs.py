@@ -1,5 +1,6 @@
 """Run directories: the settings a run or a search was started with, checked when it resumes."""
 
+import json
 import os
 
 # Where the run lives: a run directory that was moved, copied or named by another relative path
@@ -35,3 +36,29 @@ def refuse_changed_settings(saved, current, may_change, holder, remedy, paths=()
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in changed)
         raise ValueError(f"{holder} with other settings ({details}). {remedy}")
+
+
+def resuming(run_dir):
+    """True when ``run_dir`` holds a checkpoint: a run that got that far, which a new start of
+    the same command continues (a directory whose run stopped before, e.g. on a usage error,
+    starts afresh with the new settings)."""
+    from glomo_tf import training
+    return bool(training.list_checkpoints(os.path.join(run_dir, "checkpoints")))
+
+
+def open_run_directory(run_dir, settings, check_resumable):
+    """Creates ``run_dir``; when it holds a run to resume, raises ``ValueError`` (through
+    ``check_resumable(saved, settings)``) if that run was started with other settings; then
+    writes ``settings`` (JSON-ready) as its ``config.json``, on the chief worker only (on a
+    shared file system, one writer). ``glomo pretrain`` and ``glomo sentence-pretrain`` both
+    open their run directories here."""
+    from glomo_tf import training
+    os.makedirs(run_dir, exist_ok=True)
+    config_path = os.path.join(run_dir, "config.json")
+    settings = json.loads(json.dumps(settings))  # tuples as lists, as saved
+    if resuming(run_dir) and os.path.isfile(config_path):
+        with open(config_path) as f:
+            check_resumable(json.load(f), settings)
+    if training.is_chief():
+        with open(config_path, "w") as f:
+            json.dump(settings, f, indent=1)

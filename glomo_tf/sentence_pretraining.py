@@ -23,7 +23,7 @@ from typing import Optional
 
 from glomo_tf import hparams
 from glomo_tf.precision import check_precision, precision_scope
-from glomo_tf.runs import refuse_changed_settings
+from glomo_tf.runs import open_run_directory, refuse_changed_settings
 
 MODEL_FILE = "sentence_pretrainer.keras"
 # Settings that may change between a run and its resumption.
@@ -107,23 +107,11 @@ def check_resumable(saved, current):
                             "--output-dir.", paths=("train", "validation", "vocab", "graph_run"))
 
 
-def _resuming(run_dir):
-    from glomo_tf import training
-    return bool(training.list_checkpoints(os.path.join(run_dir, "checkpoints")))
-
-
 def run_sentence_pretraining(config):
     """Runs (or resumes) the run a :class:`SentencePretrainingConfig` describes; returns 0."""
     s = config.validated()
     run_dir = s.output_dir
-    os.makedirs(run_dir, exist_ok=True)
-    config_path = os.path.join(run_dir, "config.json")
-    settings = json.loads(json.dumps(dataclasses.asdict(s)))  # tuples as lists, as saved
-    if _resuming(run_dir) and os.path.isfile(config_path):
-        with open(config_path) as f:
-            check_resumable(json.load(f), settings)
-    with open(config_path, "w") as f:
-        json.dump(settings, f, indent=1)
+    open_run_directory(run_dir, dataclasses.asdict(s), check_resumable)
     with precision_scope(s.precision):
         return _train(s, run_dir)
 
