@@ -554,3 +554,17 @@ def test_graphs_from_features_is_what_call_computes_after_its_cnns():
                              coupled=True)
     with pytest.raises(ValueError, match="coupled=False"):
         coupled.graphs_from_features(queries, keys, padding)
+
+
+@pytest.mark.parametrize("normalization", ["squared_relu", "entmax15"])
+def test_fused_normalization_in_inference_gives_the_same_graphs(normalization):
+    """``fused_normalization=True`` (GlomoTransfer's online path) normalises in one XLA cluster:
+    the graphs of the op-by-op path up to float round-off, rows still summing to 1 or 0."""
+    predictor = GraphPredictor(vocabulary_size=30, hidden_dim=8, num_layers=2, num_heads=2,
+                               conv_layers=1, normalization=normalization)
+    ids = np.array([[3, 4, 5, 6, 7, 0, 0], [8, 9, 10, 11, 12, 13, 14]], "int32")
+    plain = predictor(ids)["graphs"].numpy()
+    fused = predictor(ids, fused_normalization=True)["graphs"].numpy()
+    np.testing.assert_allclose(fused, plain, atol=1e-6)
+    sums = fused.sum(-1)
+    assert np.all((np.abs(sums - 1) < 1e-5) | (sums == 0))

@@ -231,7 +231,9 @@ class GlomoTransfer(keras.layers.Layer):
                 raise ValueError("GlomoTransfer needs a graph_predictor to turn token ids into "
                                  "graphs, or graphs as its second input.")
             predictor_training = training if self.fine_tune else False
-            graphs = self.graph_predictor(token_ids, training=predictor_training)["graphs"]
+            # In one XLA cluster: the predictor runs inside a downstream training step here.
+            graphs = self.graph_predictor(token_ids, training=predictor_training,
+                                          fused_normalization=True)["graphs"]
             if not self.fine_tune:
                 graphs = tf.stop_gradient(graphs)
         dense = graphs is not None and not isinstance(graphs, (list, tuple, dict))

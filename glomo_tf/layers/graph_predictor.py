@@ -271,7 +271,14 @@ class GraphPredictor(keras.layers.Layer):
         self.built = True
 
     # ------------------------------------------------------------------ call
-    def call(self, token_ids, training=False):
+    def call(self, token_ids, training=False, fused_normalization=None):
+        """``{"graphs": [B, 2, L, K, T, T], "padding_mask": [B, T]}`` (and ``"features"`` for a
+        coupled predictor). ``fused_normalization``: normalise Eq. 1's scores in one XLA cluster
+        (:func:`~glomo_tf.ops.fused_normalize_scores`: the same graphs up to float round-off, a
+        few fused passes instead of one per op, compiled once per shape); default: in training
+        only. :class:`~glomo_tf.GlomoTransfer` asks for it, its graphs being computed inside a
+        downstream training step."""
+        fused = bool(training) if fused_normalization is None else bool(fused_normalization)
         padding_mask, stacks = self._conv_stacks(token_ids, training)
         admissible = ops.admissible_sources(padding_mask)  # [B, 2, 1, 1, T, T]
         outputs = {"padding_mask": padding_mask}
@@ -281,7 +288,7 @@ class GraphPredictor(keras.layers.Layer):
                                                                           training)
         else:
             queries, keys = self._queries_keys(stacks)
-            outputs["graphs"] = self._graphs(queries, keys, admissible, training)
+            outputs["graphs"] = self._graphs(queries, keys, admissible, training, fused=fused)
         return outputs
 
     @classmethod
@@ -434,8 +441,10 @@ class GraphPredictor(keras.layers.Layer):
                     x, kernel = tf.pad(x, [[0, 0], [k - 1, 0], [0, 0]]), kernels[s]
                 else:  # x_{t+k-1..t}: tap j reads x_{t+k-1-j}
                     x, kernel = tf.pad(x, [[0, 0], [0, k - 1], [0, 0]]), tf.reverse(kernels[s], [0])
-                y = tf.nn.bias_add(tf.nn.conv1d(x, kernel, stride=1, padding="VALID"), shift[s])
-                outputs.append(tf.nn.relu(y))
+                # As conv2d over [B, 1, T, d]: oneDNN fuses the bias and the ReLU into it (after
+                # conv1d's own reshape it fused the bias only).
+                y = tf.nn.conv2d(x[:, None], kernel[None], strides=1, padding="VALID")
+                outputs.append(tf.nn.relu(tf.nn.bias_add(y, shift[s]))[:, 0])
             stacks = outputs
         return stacks
 
@@ -454,7 +463,7 @@ class GraphPredictor(keras.layers.Layer):
         keys = tf.cast(keys, self.compute_dtype)
         return self._graphs(queries, keys, ops.admissible_sources(padding_mask), training)
 
-    def _graphs(self, queries, keys, admissible, training=False, top_rows=None):
+    def _graphs(self, queries, keys, admissible, training=False, top_rows=None, fused=None):
         """Eq. 1 for every direction, layer and head at once: ``[B, 2, L, K, T, T]``.
 
         ``queries`` and ``keys`` are ``[B, 2, T, d]``. Each direction's projections are one
@@ -485,7 +494,7 @@ class GraphPredictor(keras.layers.Layer):
             q = self._project(queries, query_kernel, query_bias)
             scores = tf.reshape(tf.matmul(q, k, transpose_b=True),
                                 [batch, 2, L, K, length, length])
-            return self._normalize(scores, admissible, 0, training)
+            return self._normalize(scores, admissible, 0, training, fused)
         below = (L - 1) * K  # the heads of every layer but the last
         # Cut with tf.split, whose gradient is a concat: a strided slice's gradient with a dynamic
         # shape costs about ten times more on CPU outside XLA.
@@ -496,20 +505,22 @@ class GraphPredictor(keras.layers.Layer):
             q = self._project(queries, query_kernel_below, query_bias_below)
             scores = tf.reshape(tf.matmul(q, k_below, transpose_b=True),
                                 [batch, 2, L - 1, K, length, length])
-            graphs = self._normalize(scores, admissible, 0, training)
+            graphs = self._normalize(scores, admissible, 0, training, fused)
         else:
             graphs = tf.zeros([batch, 2, 0, K, length, length], self.compute_dtype)
         q = self._project(direction_rows(queries, top_rows, axis=2),
                           query_kernel_top, query_bias_top)  # [B, 2, K, S, h]
         scores = tf.matmul(q, k_top, transpose_b=True)[:, :, None]  # [B, 2, 1, K, S, T]
         admissible = direction_rows(admissible[:, :, 0, 0], top_rows, axis=2)[:, :, None, None]
-        return graphs, self._normalize(scores, admissible, L - 1, training)[:, :, 0]
+        return graphs, self._normalize(scores, admissible, L - 1, training, fused)[:, :, 0]
 
-    def _normalize(self, scores, admissible, first_layer, training):
+    def _normalize(self, scores, admissible, first_layer, training, fused=None):
         """Eq. 1's normalisation of ``scores [B, 2, L', K, R, T]``, graph layers ``first_layer``
-        onwards, with their thresholds (and, in training, their live-row hinge). Training
-        normalises in one XLA cluster (:func:`~glomo_tf.ops.fused_normalize_scores`)."""
-        normalize = ops.fused_normalize_scores if training else ops.normalize_scores
+        onwards, with their thresholds (and, in training, their live-row hinge). ``fused`` (by
+        default in training) normalises in one XLA cluster
+        (:func:`~glomo_tf.ops.fused_normalize_scores`)."""
+        fused = training if fused is None else fused
+        normalize = ops.fused_normalize_scores if fused else ops.normalize_scores
         if not self._learned_threshold:
             return normalize(scores, admissible, self.normalization, self.epsilon,
                              entmax_alpha=self.entmax_alpha)
@@ -606,7 +617,7 @@ class GraphPredictor(keras.layers.Layer):
             shapes["features"] = (batch, 2, self.num_layers, length, self.hidden_dim)
         return shapes
 
-    def compute_output_spec(self, token_ids, training=False):
+    def compute_output_spec(self, token_ids, training=False, fused_normalization=None):
         """Symbolic outputs with the dtypes the call returns: the padding mask is bool."""
         shapes = self.compute_output_shape(token_ids.shape)
         return {key: keras.KerasTensor(shape, dtype="bool" if key == "padding_mask"
