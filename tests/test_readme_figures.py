@@ -850,12 +850,25 @@ def books_row(label, curve_file, stats_file, epochs):
             f"{sum(g['adjacent'] for g in graphs) / len(graphs):.2f} |")
 
 
+def test_snli_sentence_comes_from_its_json(readme):
+    paired = load("snli_results.json")["summary"]["paired"]
+    text = " ".join(readme.split())
+    figure = (f"after {paired['glomo_rnn']['seeds']} seeds every GLoMo variant is below the plain "
+              f"model (`glomo_rnn` {100 * paired['glomo_rnn']['mean_difference']:+.2f} points, "
+              f"`glomo_embeddings` {100 * paired['glomo_embeddings']['mean_difference']:+.2f}), "
+              f"and so is the uniform graph ({100 * paired['uniform']['mean_difference']:+.2f} "
+              f"over {paired['uniform']['seeds']} seeds)")
+    assert figure in text, f"README lacks: {figure}"
+    assert all(p["mean_difference"] < 0 for p in paired.values())  # "every ... is below"
+
+
 def test_where_the_graphs_pay_figures_come_from_their_json(readme):
     listops = load("listops_graphs.json")
     rows = [pay_row("ListOps", listops["transfer"]["summary"]),
             pay_row("SICK", load("sick_results.json")["summary"]),
             pay_row("MRPC", load("mrpc_results.json")["summary"]),
             pay_row("MRPC, F1 (paraphrase)", load("mrpc_results.json")["summary"], "f1"),
+            pay_row("SNLI (first seeds)", load("snli_results.json")["summary"]),
             listops_agreement_row("the paper's form", listops["agreement"]),
             listops_agreement_row("`projected` + `entmax15`",
                                   load("listops_graphs_projected_entmax15.json")["agreement"]),
