@@ -82,7 +82,7 @@ def _write(name, predictor, tokenizer, texts, ids, metadata):
     directory = os.path.join(BUILTIN, name)
     if os.path.isdir(directory):
         shutil.rmtree(directory)
-    save_preset(predictor, directory, tokenizer=tokenizer, metadata=metadata,
+    save_preset(predictor, tokenizer, directory, metadata=metadata,
                 weights_dtype="float16", reference_texts=texts, reference_ids=ids)
     difference = check_preset(directory)
     path = os.path.join(directory, "metadata.json")

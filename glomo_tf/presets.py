@@ -17,6 +17,7 @@ A preset directory holds::
 
     transfer = glomo_tf.GlomoTransfer.from_preset("glomo_books_en")
     tokenizer = glomo_tf.Tokenizer.from_preset("glomo_books_en")
+    glomo_tf.save_preset(predictor, tokenizer, "my_preset", metadata={"corpus": [...]})
 """
 
 import datetime
@@ -41,17 +42,17 @@ class PresetError(ValueError):
 
 
 # --------------------------------------------------------------------------------- writing
-def save_preset(predictor, directory, tokenizer=None, metadata=None, weights_dtype="float32",
+def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="float32",
                 reference_texts=None, reference_ids=None):
-    """Writes ``predictor`` (and its ``tokenizer``) as a preset directory; returns its path.
+    """Writes ``predictor`` and its ``tokenizer`` as a preset directory; returns its path.
 
     Args:
         predictor: a built :class:`~glomo_tf.GraphPredictor`, or a
             :class:`~glomo_tf.GlomoPretrainer` (its ``graph_predictor`` is saved).
-        directory: where to write; created if missing. An existing directory must be empty or
-            hold a preset (which is replaced).
         tokenizer: the :class:`~glomo_tf.data.Tokenizer` whose ids the predictor reads, or None
             for a predictor of ids without text (the planted demo's).
+        directory: where to write; created if missing. An existing directory must be empty or
+            hold a preset (which is replaced).
         metadata: a dict merged into ``metadata.json`` (for example ``corpus``,
             ``tokens_seen``, ``validation_perplexity``, ``data_licence``, ``description``).
         weights_dtype: ``"float32"``, or ``"float16"`` to halve the file: loading restores the
@@ -69,6 +70,9 @@ def save_preset(predictor, directory, tokenizer=None, metadata=None, weights_dty
     from glomo_tf import __version__
     from glomo_tf.layers.graph_predictor import GraphPredictor
 
+    if isinstance(tokenizer, (str, os.PathLike)):
+        raise TypeError("save_preset(predictor, tokenizer, directory): the tokenizer comes "
+                        "second (None for a predictor of token ids), the directory third.")
     predictor = getattr(predictor, "graph_predictor", predictor)
     if not isinstance(predictor, GraphPredictor):
         raise TypeError(f"save_preset needs a GraphPredictor (or a GlomoPretrainer), got "

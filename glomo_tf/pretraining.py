@@ -476,8 +476,8 @@ def _save_preset(model, run_dir, s, metrics, global_batch):
     corpus = ([os.path.basename(path) for path in s.train] if s.train
               else [f"tfds:{s.tfds}/{s.tfds_split}"])
     steps = metrics["steps"]
-    save_preset(model.graph_predictor, os.path.join(run_dir, "preset"),
-                tokenizer=Tokenizer.load(os.path.join(run_dir, "tokenizer")),
+    save_preset(model.graph_predictor, Tokenizer.load(os.path.join(run_dir, "tokenizer")),
+                os.path.join(run_dir, "preset"),
                 metadata={"corpus": corpus, "data_licence": s.data_licence,
                           "training_steps": steps,
                           "tokens_seen": steps * global_batch * s.window if global_batch else None,

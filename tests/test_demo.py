@@ -34,6 +34,14 @@ def test_quick_demo_writes_metrics_and_figure(tmp_path, capsys):
         assert np.all((shares >= 0) & (shares <= 1))
         assert report["best_head"]["share"] == pytest.approx(shares.max(), abs=1e-4)  # rounded
     assert len(metrics["training"]["loss"]) == demo.QUICK["epochs"]
+    # The trained predictor as a preset of ids: its recorded recovery is the report's, and a
+    # fresh load gives the graphs recorded with it.
+    from glomo_tf.presets import check_preset, load_preset, preset_metadata
+    info = preset_metadata(str(out / "preset"))
+    assert info["planted_recovery_best_head"] == {
+        name: round(metrics["recovery"][name]["best_head"]["share"], 4)
+        for name in planted.DIRECTIONS}
+    assert load_preset(str(out / "preset"))[1] is None and check_preset(str(out / "preset")) < 1e-6
     # The one-line summary carries the metrics' figures.
     fw, bw = metrics["recovery"]["forward"], metrics["recovery"]["backward"]
     line = (f"recovery: forward {fw['best_head']['share']:.2f} backward "

@@ -40,7 +40,7 @@ def toy(tmp_path_factory):
     ids = tokenizer.encode(HARD).to_tensor().numpy()
     graphs = predictor(ids)["graphs"].numpy()
     root = tmp_path_factory.mktemp("presets")
-    full = presets.save_preset(predictor, str(root / "full"), tokenizer=tokenizer,
+    full = presets.save_preset(predictor, tokenizer, str(root / "full"),
                                metadata={"corpus": ["toy"], "tokens_seen": 123},
                                reference_texts=CORPUS)
     half = predictor.save_to_preset(str(root / "half"), tokenizer=tokenizer,
@@ -96,7 +96,7 @@ def test_dtype_trainable_and_pretrainer_argument(toy, tmp_path):
     assert predictor.trainable and predictor.dtype_policy.name == "mixed_bfloat16"
     assert all(v.dtype == "float32" for v in predictor.weights)
     pretrainer = glomo_tf.GlomoPretrainer(toy["predictor"], num_positions=2)
-    path = glomo_tf.save_preset(pretrainer, tmp_path / "from_pretrainer")
+    path = glomo_tf.save_preset(pretrainer, None, tmp_path / "from_pretrainer")
     assert glomo_tf.load_preset(path)[1] is None  # no tokenizer given: a preset of ids
     with pytest.raises(presets.PresetError, match="has no tokenizer"):
         Tokenizer.from_preset(path)
@@ -159,10 +159,12 @@ def test_bad_presets_get_one_line_errors(toy, tmp_path):
     (tmp_path / "occupied").mkdir()
     (tmp_path / "occupied" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not empty and holds no preset"):
-        glomo_tf.save_preset(toy["predictor"], tmp_path / "occupied")
+        glomo_tf.save_preset(toy["predictor"], None, tmp_path / "occupied")
     small = Tokenizer.build(["two words"])
     with pytest.raises(ValueError, match="save the tokenizer the predictor was trained with"):
-        glomo_tf.save_preset(toy["predictor"], tmp_path / "mismatch", tokenizer=small)
+        glomo_tf.save_preset(toy["predictor"], small, tmp_path / "mismatch")
+    with pytest.raises(TypeError, match="the tokenizer comes second"):
+        glomo_tf.save_preset(toy["predictor"], tmp_path / "swapped", small)
 
 
 # ---------------------------------------------------------------------------- built-ins

@@ -221,7 +221,7 @@ def test_glomo_preset_features_equal_the_predictors(tmp_path, capsys):
     predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=4, num_layers=2,
                                num_heads=2, conv_layers=1)
     predictor.build((None, None))
-    preset = save_preset(predictor, tmp_path / "preset", tokenizer=tokenizer)
+    preset = save_preset(predictor, tokenizer, tmp_path / "preset")
     (encoder,) = probe.load_encoders(glomo_presets=[preset])
     texts = ["the film was good", "bad"]
     np.testing.assert_allclose(encoder.encode(texts),

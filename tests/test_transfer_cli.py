@@ -82,8 +82,8 @@ def test_transfer_with_a_preset_gives_the_run_dirs_results(task, capsys):
     from glomo_tf.saving import load_graph_predictor
 
     root, data, run_dir = task
-    preset = save_preset(load_graph_predictor(str(run_dir)), root / "preset",
-                         tokenizer=Tokenizer.load(str(run_dir / "tokenizer")))
+    preset = save_preset(load_graph_predictor(str(run_dir)),
+                         Tokenizer.load(str(run_dir / "tokenizer")), root / "preset")
     common = ["--dataset", "file", "--file", str(data), "--text-column", "sentence",
               "--label-column", "class", "--variants", "glomo_rnn", "--seeds", "0",
               "--epochs", "1", "--patience", "1", "--max-length", "16", *TINY]

@@ -304,7 +304,7 @@ class GraphPredictor(keras.layers.Layer):
         """Writes this predictor (and the ``tokenizer`` whose ids it reads) as a preset
         directory: :func:`glomo_tf.save_preset`, whose other arguments ``kwargs`` are."""
         from glomo_tf.presets import save_preset
-        return save_preset(self, preset_dir, tokenizer=tokenizer, **kwargs)
+        return save_preset(self, tokenizer, preset_dir, **kwargs)
 
     def graphs_with_top_rows(self, token_ids, rows, training=False):
         """Every layer's graphs but the last, and the last layer's rows at ``rows`` only.
