@@ -1122,3 +1122,21 @@ def test_squad_pilot_figures_come_from_their_json(readme):
     assert all(r["epochs_run"] == 4 for r in runs.values())  # "four epochs each"
     shown = [e["predicted"] for e in runs["glomo_rnn"]["examples"][:3]]
     assert shown == ["the curriculum"] * 3 and "(\"the curriculum\")" in text
+
+
+def test_squad_init_embeddings_sentence_comes_from_its_json(readme):
+    """The reader's baseline with the predictor's word vectors against random ones: the same
+    seed, settings and width, only ``init_embeddings`` differs."""
+    recorded = load("squad_init_embeddings.json")
+    init, rand = recorded["predictor_embeddings"], recorded["random_embeddings"]
+    differing = {k for k in init["config"] if init["config"][k] != rand["config"].get(k)}
+    assert differing <= {"init_embeddings", "output_dir"}, differing
+    assert init["config"]["init_embeddings"] == "predictor"
+    assert init["config"]["embedding_dim"] == rand["config"]["embedding_dim"] == 128
+    (a,), (b,) = init["runs"], rand["runs"]
+    assert a["variant"] == b["variant"] == "baseline" and a["seed"] == b["seed"] == 0
+    text = " ".join(readme.split())
+    figure = (f"baseline reader reaches test exact match / F1 {100 * a['exact_match']:.2f} / "
+              f"{100 * a['f1']:.2f}, against {100 * b['exact_match']:.2f} / {100 * b['f1']:.2f} "
+              "with random embeddings of the same width")
+    assert figure in text, f"README lacks: {figure}"
