@@ -23,6 +23,7 @@ A preset directory holds::
 import datetime
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -89,9 +90,13 @@ def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="f
     if reference_texts is not None and tokenizer is None:
         raise ValueError("reference_texts need the tokenizer; pass reference_ids for a "
                          "predictor without one.")
-    directory = os.fspath(directory)
-    _check_writable(directory)
-    os.makedirs(directory, exist_ok=True)
+    final = os.fspath(directory)
+    _check_writable(final)
+    # Written beside the target and moved into place at the end: a preset is never half old,
+    # half new, and an interrupted save leaves the previous one intact.
+    directory = f"{final.rstrip(os.sep)}.partial-{os.getpid()}"
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
 
     from glomo_tf.saving import with_dtype_policy
     source = with_dtype_policy(predictor, "float32")  # configs and references in float32
@@ -128,7 +133,10 @@ def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="f
     info.update(metadata or {})
     with open(os.path.join(directory, METADATA_FILE), "w") as f:
         json.dump(info, f, indent=1)
-    return directory
+    if os.path.isdir(final):  # a preset (checked above) or an empty directory: replaced
+        shutil.rmtree(final)
+    os.replace(directory, final)
+    return final
 
 
 def _check_writable(directory):

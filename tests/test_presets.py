@@ -160,6 +160,12 @@ def test_bad_presets_get_one_line_errors(toy, tmp_path):
     (tmp_path / "occupied" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not empty and holds no preset"):
         glomo_tf.save_preset(toy["predictor"], None, tmp_path / "occupied")
+    # Replacing a preset leaves nothing of the old one (its reference graphs, its tokenizer).
+    replaced = glomo_tf.save_preset(toy["predictor"], None, tmp_path / "occupied_by_preset")
+    glomo_tf.save_preset(toy["predictor"], toy["tokenizer"], replaced, reference_texts=CORPUS)
+    glomo_tf.save_preset(toy["predictor"], None, replaced)
+    assert sorted(os.listdir(replaced)) == ["config.json", "metadata.json", "model.weights.h5"]
+    assert not [n for n in os.listdir(tmp_path) if ".partial-" in n]
     small = Tokenizer.build(["two words"])
     with pytest.raises(ValueError, match="save the tokenizer the predictor was trained with"):
         glomo_tf.save_preset(toy["predictor"], small, tmp_path / "mismatch")
