@@ -87,6 +87,10 @@ def parse_args(argv=None):
     p.add_argument("--top-k", type=int, default=None, metavar="K",
                    help="also time glomo_topk (GlomoTransfer(top_k=K)); with --cache also "
                         "glomo_cached_topk (the cache in the top-K form)")
+    p.add_argument("--fused-normalization", action="store_true",
+                   help="GlomoTransfer(fused_normalization=True): the predictor's Eq. 1 "
+                        "normalisation as one XLA cluster (compiled once per batch shape; these "
+                        "batches keep theirs)")
     p.add_argument("--uniform", action="store_true",
                    help="also time glomo_uniform: GlomoTransfer(graph_mode='uniform'), the "
                         "mixtures and gated fusion without a predictor or graphs")
@@ -132,7 +136,8 @@ def build_model(a, variant, keras):
             name="graph_predictor")
         top_k = a.top_k if variant == "glomo_topk" else None
         h = GlomoTransfer(predictor, num_mixtures=a.mixtures, propagation=a.propagation,
-                          top_k=top_k, name="glomo_transfer")([h, ids])
+                          top_k=top_k, fused_normalization=a.fused_normalization,
+                          name="glomo_transfer")([h, ids])
     elif variant == "mha":
         h = keras.layers.MultiHeadAttention(a.heads, a.d // a.heads, name="mha")(h, h)
     pooled = keras.layers.GlobalAveragePooling1D(name="pool")(h)
@@ -213,7 +218,7 @@ def main(argv=None):
                                               "head_dim", "conv_layers", "kernel", "mixtures",
                                               "propagation", "xla", "iters", "warmup", "rounds",
                                               "seed", "cache", "top_k", "uniform", "threads",
-                                              "precision")},
+                                              "precision", "fused_normalization")},
         "ms_per_step_median": {v: round(1000 * t, 3) for v, t in med.items()},
         "ms_per_step_rounds": {v: [round(1000 * t, 3) for t in ts] for v, ts in per_round.items()},
         "added_ms_per_step": {v: round(1000 * t, 3) for v, t in added.items()},

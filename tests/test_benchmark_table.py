@@ -58,7 +58,8 @@ def transfer_overhead_row(output):
     size = (f"B {config['batch']}, T {config['seq']}, d {config['d']}, {config['layers']}x"
             f"{config['heads']} heads, {config['propagation']}"
             + (f", {config['precision']}" if config.get("precision", "float32") != "float32"
-               else ""))
+               else "")
+            + (", fused normalization" if config.get("fused_normalization") else ""))
     return row("transfer_overhead.py", output, f"{size}: " + "; ".join(cells), r)
 
 
@@ -199,7 +200,8 @@ def preset_load_row():
 def all_rows():
     return [transfer_overhead_row(name) for name in (
         "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
-        "transfer_overhead_cache_topk_bf16", "transfer_overhead_cache_topk_large")] + [
+        "transfer_overhead_cache_topk_bf16", "transfer_overhead_cache_topk_bf16_fused",
+        "transfer_overhead_cache_topk_large")] + [
         sparse_mixture_row(), serving_latency_row(), serving_latency_row("serving_latency_large"),
         *serving_soak_rows(),
         *ordered_memory_rows(), top_k_accuracy_row(), top_k_accuracy_row("sst2", "SST-2"),

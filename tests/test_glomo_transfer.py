@@ -608,3 +608,24 @@ def test_load_graph_predictor_from_run_directory_and_bad_paths(tmp_path):
     (tmp_path / "weights.h5").write_bytes(b"")
     with pytest.raises(ValueError, match="not a .keras file"):
         glomo_tf.load_graph_predictor(tmp_path / "weights.h5")
+
+
+
+def test_fused_normalization_option_gives_the_same_outputs_and_round_trips():
+    """``fused_normalization=True`` (the predictor's Eq. 1 normalisation in one XLA cluster):
+    the layer's outputs equal the default path's up to float round-off; the option survives
+    get_config / from_config."""
+    predictor = glomo_tf.GraphPredictor(vocabulary_size=40, hidden_dim=8, num_layers=2,
+                                        num_heads=2, conv_layers=1)
+    ids = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]], "int32")
+    features = np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32")
+    keras.utils.set_random_seed(0)
+    plain = glomo_tf.GlomoTransfer(predictor, num_mixtures=2)
+    keras.utils.set_random_seed(0)
+    fused = glomo_tf.GlomoTransfer(predictor, num_mixtures=2, fused_normalization=True)
+    plain([features, ids]), fused([features, ids])  # built
+    fused.set_weights(plain.get_weights())
+    np.testing.assert_allclose(fused([features, ids]).numpy(), plain([features, ids]).numpy(),
+                               atol=1e-5)
+    again = glomo_tf.GlomoTransfer.from_config(fused.get_config())
+    assert again.fused_normalization is True and plain.get_config()["fused_normalization"] is False

@@ -1140,3 +1140,24 @@ def test_squad_init_embeddings_sentence_comes_from_its_json(readme):
               f"{100 * a['f1']:.2f}, against {100 * b['exact_match']:.2f} / {100 * b['f1']:.2f} "
               "with random embeddings of the same width")
     assert figure in text, f"README lacks: {figure}"
+
+
+def test_fused_normalization_sentence_comes_from_the_benchmark_json(readme):
+    """The online path's two bfloat16 figures: the default (fused CNNs) and the option that also
+    fuses Eq. 1's normalisation, each from its recorded run."""
+    def load_benchmark(name):
+        with open(os.path.join(REPO, "benchmarks", "outputs", f"{name}.json"),
+                  encoding="utf-8") as handle:
+            return json.load(handle)
+
+    default = load_benchmark("transfer_overhead_cache_topk_bf16")
+    fused = load_benchmark("transfer_overhead_cache_topk_bf16_fused")
+    assert fused["config"]["fused_normalization"] and not default["config"]["fused_normalization"]
+    spread = fused["ratio_added_over_mha_added_range"]["glomo"]
+    text = " ".join(readme.split())
+    for figure in (f"online {default['ratio_added_over_mha_added']['glomo']:.1f}x in bfloat16, "
+                   "was 3.7x",
+                   f"{fused['ratio_added_over_mha_added']['glomo']:.1f}x (rounds "
+                   f"{spread[0]:.1f}-{spread[1]:.1f}x; "
+                   "`benchmarks/outputs/transfer_overhead_cache_topk_bf16_fused.json`)"):
+        assert figure in text, f"README lacks: {figure}"

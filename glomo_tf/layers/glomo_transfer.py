@@ -52,6 +52,11 @@ class GlomoTransfer(keras.layers.Layer):
             Applies to graphs the layer gets dense (from its predictor or as a dense input);
             graphs fed in the top-k or candidate form are used as given, so compute them with
             the same temperature (``graph_cache.compute_graphs(..., graph_temperature=...)``).
+        fused_normalization: bool (default False): the frozen predictor normalises Eq. 1's scores
+            in one XLA cluster (:meth:`GraphPredictor.call`'s option; the same graphs up to float
+            round-off). It pays where batches keep their shapes (fixed windows, a fixed padded
+            length): the cluster compiles once per batch shape, which costs more than it saves
+            over a few epochs of length-bucketed batches.
 
     Call arguments:
         inputs: one of
@@ -93,7 +98,7 @@ class GlomoTransfer(keras.layers.Layer):
     def __init__(self, graph_predictor=None, num_mixtures=1, conditioned=True,
                  include_products=True, graph_mode="learned", units=None, fine_tune=False,
                  dropout=0.0, propagation="auto", top_k=None, graph_temperature=None,
-                 **kwargs):
+                 fused_normalization=False, **kwargs):
         super().__init__(**kwargs)
         if graph_mode not in GRAPH_MODES:
             raise ValueError(f"graph_mode must be one of {GRAPH_MODES}, got {graph_mode!r}.")
@@ -119,6 +124,7 @@ class GlomoTransfer(keras.layers.Layer):
             raise ValueError(f"top_k must be None (dense graphs) or >= 1, got {top_k}.")
         self.top_k = None if top_k is None else int(top_k)
         self.graph_temperature = hparams.check_graph_temperature(graph_temperature)
+        self.fused_normalization = bool(fused_normalization)
         object.__setattr__(self, "_fed_graphs", None)
         self.mixture = GraphMixture(num_mixtures, conditioned, include_products, graph_mode,
                                     propagation=propagation, dtype=self.dtype_policy,
@@ -231,9 +237,9 @@ class GlomoTransfer(keras.layers.Layer):
                 raise ValueError("GlomoTransfer needs a graph_predictor to turn token ids into "
                                  "graphs, or graphs as its second input.")
             predictor_training = training if self.fine_tune else False
-            # In one XLA cluster: the predictor runs inside a downstream training step here.
-            graphs = self.graph_predictor(token_ids, training=predictor_training,
-                                          fused_normalization=True)["graphs"]
+            graphs = self.graph_predictor(
+                token_ids, training=predictor_training,
+                fused_normalization=self.fused_normalization or None)["graphs"]
             if not self.fine_tune:
                 graphs = tf.stop_gradient(graphs)
         dense = graphs is not None and not isinstance(graphs, (list, tuple, dict))
@@ -329,6 +335,7 @@ class GlomoTransfer(keras.layers.Layer):
             "propagation": self.propagation,
             "top_k": self.top_k,
             "graph_temperature": self.graph_temperature,
+            "fused_normalization": self.fused_normalization,
         })
         return config
 
