@@ -893,7 +893,10 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             books_row("`gru` (the paper), bfloat16, 20 epochs", "books_gru_curve.json",
                       "books_mr_stats_gru_20.json", 20),
             books_row("`projected`, bfloat16, 20 epochs", "books_projected_curve.json",
-                      "books_mr_stats_projected.json", 20)]
+                      "books_mr_stats_projected.json", 20),
+            books_row("`projected` + `entmax15`, bfloat16, 20 epochs",
+                      "books_projected_entmax15_curve.json",
+                      "books_mr_stats_projected_entmax15.json", 20)]
     for row in rows:
         assert row in readme, f"README lacks: {row}"
     stats = load("books_mr_stats_gru.json")["uniform"]["forward"][0]
@@ -1140,6 +1143,22 @@ def test_squad_init_embeddings_sentence_comes_from_its_json(readme):
               f"{100 * a['f1']:.2f}, against {100 * b['exact_match']:.2f} / {100 * b['f1']:.2f} "
               "with random embeddings of the same width")
     assert figure in text, f"README lacks: {figure}"
+    glomo = recorded["glomo_variants"]
+    assert glomo["config"]["init_embeddings"] == "predictor" and glomo["config"]["graph_cache"]
+    same = {k for k in init["config"] if init["config"][k] != glomo["config"].get(k)}
+    assert same <= {"output_dir", "graph_cache", "variants"}, same
+    runs = {r["variant"]: r for r in glomo["runs"]}
+    g, u = runs["glomo_rnn"], runs["uniform"]
+    for figure in (
+            f"(`glomo_rnn`, passage graphs cached) reaches {100 * g['exact_match']:.2f} / "
+            f"{100 * g['f1']:.2f} and the uniform graph {100 * u['exact_match']:.2f} / "
+            f"{100 * u['f1']:.2f}",
+            f"(+{100 * (u['exact_match'] - a['exact_match']):.2f} exact match for the uniform "
+            "graph over the baseline)",
+            f"the learned graphs add {100 * (g['exact_match'] - u['exact_match']):+.2f} exact "
+            f"match and {100 * (g['f1'] - u['f1']):+.2f} F1 over the uniform graph"):
+        assert figure in text, f"README lacks: {figure}"
+    assert g["seed"] == u["seed"] == 0 and g["exact_match"] > u["exact_match"] > a["exact_match"]
 
 
 def test_fused_normalization_sentence_comes_from_the_benchmark_json(readme):
@@ -1161,3 +1180,28 @@ def test_fused_normalization_sentence_comes_from_the_benchmark_json(readme):
                    f"{spread[0]:.1f}-{spread[1]:.1f}x; "
                    "`benchmarks/outputs/transfer_overhead_cache_topk_bf16_fused.json`)"):
         assert figure in text, f"README lacks: {figure}"
+
+
+
+def test_books_entmax15_sentence_comes_from_its_json(readme):
+    curve = load("books_projected_entmax15_curve.json")
+    assert (curve["settings"]["composition"], curve["settings"]["normalization"]) == (
+        "projected", "entmax15")
+    rows = curve["curve"]
+    best = min(row["val_perplexity"] for row in rows)
+
+    def sources(name):
+        stats = load(name)
+        graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
+        return sum(g["sources"] for g in graphs) / len(graphs)
+
+    mr, sick = (sources("books_mr_stats_projected_entmax15.json"),
+                sources("books_sick_stats_projected_entmax15.json"))
+    text = " ".join(readme.split())
+    figure = (f"the predictor ends at validation perplexity {rows[-1]['val_perplexity']:.0f} "
+              f"(best {best:.0f}), above both, and its graphs keep about one source per unit "
+              f"({mr:.1f} on MR, {sick:.1f} on SICK)")
+    assert figure in text, f"README lacks: {figure}"
+    assert abs(mr - 1) < 0.05 and abs(sick - 1) < 0.05  # "about one source"
+    assert best > max(min(r["val_perplexity"] for r in load(n)["curve"])
+                      for n in ("books_gru_curve.json", "books_projected_curve.json"))
