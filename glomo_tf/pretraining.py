@@ -353,7 +353,7 @@ def _pretrain(s, run_dir):
         print(f"Already trained for {s.epochs} epochs ({step} steps); raise --epochs to "
               "train more.")
         _save_outputs(model, run_dir, s, validation, started, save_graph_predictor,
-                      tokens_per_s=None, global_batch=global_batch)
+                      tokens_per_s=None, global_batch=global_batch, tokenizer=tokenizer)
         return 0
 
     callbacks = _callbacks(s, model, tokenizer, run_dir, checkpoints, global_batch, validation)
@@ -378,7 +378,7 @@ def _pretrain(s, run_dir):
     _save_outputs(model, run_dir, s, validation, started, save_graph_predictor,
                   tokens_per_s=tokens_per_s[-1] if tokens_per_s else None,
                   last_epoch_val_perplexity=last_epoch[-1] if last_epoch else None,
-                  global_batch=global_batch)
+                  global_batch=global_batch, tokenizer=tokenizer)
     return 0
 
 
@@ -436,7 +436,7 @@ def _liveness(model, dataset, batches=4):
 
 
 def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, tokens_per_s,
-                  last_epoch_val_perplexity=None, global_batch=None):
+                  last_epoch_val_perplexity=None, global_batch=None, tokenizer=None):
     """Evaluates the final model on the validation windows and writes the run's outputs.
 
     With sampled decoding positions (``num_positions``), each evaluation decodes from other
@@ -460,7 +460,7 @@ def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, 
     save_graph_predictor(model.graph_predictor, os.path.join(run_dir, "graph_predictor.keras"))
     with open(os.path.join(run_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
-    _save_preset(model, run_dir, s, metrics, global_batch)
+    _save_preset(model, tokenizer, run_dir, s, metrics, global_batch)
     print(json.dumps(metrics))
     if "last_epoch_val_perplexity" in metrics and s.num_positions is not None:
         print(f"Validation perplexity of the final model: {metrics['val_perplexity']:.2f} (a "
@@ -469,15 +469,13 @@ def _save_outputs(model, run_dir, s, validation, started, save_graph_predictor, 
     print(f"Saved {run_dir}/pretrainer.keras, graph_predictor.keras, tokenizer/ and preset/.")
 
 
-def _save_preset(model, run_dir, s, metrics, global_batch):
+def _save_preset(model, tokenizer, run_dir, s, metrics, global_batch):
     """``RUN/preset``: the predictor and tokenizer with what the run knows about them."""
-    from glomo_tf.data.vocabulary import Tokenizer
     from glomo_tf.presets import save_preset
     corpus = ([os.path.basename(path) for path in s.train] if s.train
               else [f"tfds:{s.tfds}/{s.tfds_split}"])
     steps = metrics["steps"]
-    save_preset(model.graph_predictor, Tokenizer.load(os.path.join(run_dir, "tokenizer")),
-                os.path.join(run_dir, "preset"),
+    save_preset(model.graph_predictor, tokenizer, os.path.join(run_dir, "preset"),
                 metadata={"corpus": corpus, "data_licence": s.data_licence,
                           "training_steps": steps,
                           "tokens_seen": steps * global_batch * s.window if global_batch else None,

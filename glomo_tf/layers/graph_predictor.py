@@ -275,9 +275,8 @@ class GraphPredictor(keras.layers.Layer):
         """``{"graphs": [B, 2, L, K, T, T], "padding_mask": [B, T]}`` (and ``"features"`` for a
         coupled predictor). ``fused_normalization``: normalise Eq. 1's scores in one XLA cluster
         (:func:`~glomo_tf.ops.fused_normalize_scores`: the same graphs up to float round-off, a
-        few fused passes instead of one per op, compiled once per shape); default: in training
-        only. :class:`~glomo_tf.GlomoTransfer` asks for it, its graphs being computed inside a
-        downstream training step."""
+        few fused passes instead of one per op, compiled once per batch shape); default: in
+        training only (``GlomoTransfer(fused_normalization=True)`` asks for it in inference)."""
         fused = bool(training) if fused_normalization is None else bool(fused_normalization)
         padding_mask, stacks = self._conv_stacks(token_ids, training)
         admissible = ops.admissible_sources(padding_mask)  # [B, 2, 1, 1, T, T]
