@@ -17,9 +17,11 @@ EXTRAS = {
     "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "pyyaml>=6",
              "scikit-learn>=1.5,<2"],
     "tune": ["keras-tuner==1.4.8"],
-    # orjson: the REST server writes numeric tensors in C, not per element; pysimdjson: the client
-    # reads them from an answer straight into arrays, without a Python number per element.
-    "serve": ["tensorflow-serving-api==2.21.0", "orjson>=3.10,<4", "pysimdjson>=7,<8"],
+    # aiohttp: the REST server's HTTP/1.1 (its C parser, llhttp); orjson: the REST server writes
+    # numeric tensors in C, not per element; pysimdjson: the client reads them from an answer
+    # straight into arrays, without a Python number per element.
+    "serve": ["tensorflow-serving-api==2.21.0", "aiohttp>=3.10,<4", "orjson>=3.10,<4",
+              "pysimdjson>=7,<8"],
     "datasets": ["tensorflow-datasets==4.9.10"],
     # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
     "sklearn": ["scikit-learn>=1.5,<2"],
@@ -35,7 +37,8 @@ setup(
     python_requires=">=3.10,<3.14",
     packages=find_packages(include=["glomo_tf", "glomo_tf.*"]),
     # The built-in presets (glomo_tf.list_presets()): weights, configs, tokenizers, model cards.
-    package_data={"glomo_tf": ["builtin_presets/*/*.*", "builtin_presets/*/assets/tokenizer/*"]},
+    package_data={"glomo_tf": ["builtin_presets/*/*.*", "builtin_presets/*/assets/tokenizer/*",
+                               "serving/protos/*.proto"]},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["glomo=glomo_tf.cli:main"]},

@@ -34,6 +34,7 @@ Examples::
 """
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -57,6 +58,15 @@ WORDS = ("the cat sat on the mat while a dog ate the hat and ran off to the park
 LAUNCHER = ("import functools, sys; from glomo_tf import cli; "
             "cli.build_parser = functools.partial(cli.build_parser, "
             "[('serve', 'glomo_tf.cli.serve')]); sys.exit(cli.main(sys.argv[1:]))")
+# The second REST candidate: the same API mounted on uvicorn (benchmarks/_uvicorn_frontend.py).
+UVICORN = ("import sys; sys.path.insert(0, 'benchmarks'); import _uvicorn_frontend; "
+           "from glomo_tf.serving import rest; "
+           "rest.RestServer = _uvicorn_frontend.UvicornRestServer; ")
+
+
+def launcher(frontend):
+    """The ``python -c`` program that starts ``glomo serve`` with the given REST front end."""
+    return (UVICORN if frontend == "uvicorn" else "") + LAUNCHER
 
 
 def parse_args(argv=None):
@@ -80,6 +90,8 @@ def parse_args(argv=None):
     p.add_argument("--blocks", type=int, default=4,
                    help="blocks each mode's requests are sent in per level and round, the modes "
                         "taking turns block by block (1: each mode's requests in one go)")
+    p.add_argument("--rest-frontend", choices=("aiohttp", "uvicorn"), default="aiohttp",
+                   help="aiohttp: glomo serve's; uvicorn: the candidate it was measured against")
     p.add_argument("--serve-flags", default="",
                    help="more flags for glomo serve, e.g. '--tensorflow_intra_op_parallelism=1'")
     return p.parse_args(argv)
@@ -293,7 +305,7 @@ def main(argv=None):
 
     grpc_port, rest_port = free_port(), free_port()
     server = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, "serve", f"--port={grpc_port}",
+        [sys.executable, "-c", launcher(args.rest_frontend), "serve", f"--port={grpc_port}",
          f"--rest_api_port={rest_port}", f"--model_name={args.model_name}",
          f"--model_base_path={base}", f"--enable_batching={args.enable_batching}",
          "--file_system_poll_wait_seconds=0", *args.serve_flags.split()],
@@ -327,6 +339,12 @@ def main(argv=None):
         decode = client_decode(rest_port, args, payload)
         encode = server_encode(payload, want)
 
+        # This process holds TensorFlow (for the in-process mode): a full collection of its
+        # objects, set off by the REST clients' parsing, paused every thread for a sixth of a
+        # second once in a few thousand requests (the REST rows' p99 in one round of five), a
+        # pause a REST client without TensorFlow does not have. It is kept out of the
+        # collector's reach (freezing the server's objects instead left the pause in place).
+        gc.freeze()
         modes = {"in_process": in_process, "rest": served("rest", rest_port),
                  "grpc": served("grpc", grpc_port)}
         for round_ in range(args.rounds):

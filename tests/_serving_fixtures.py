@@ -98,17 +98,32 @@ def write_half_plus_two(path):
     return path
 
 
-def raw_http(port, payload, half_close=True):
-    """Sends ``payload`` as it is to 127.0.0.1:``port`` (then, with ``half_close``, closes the
-    sending side) and returns every byte of the answer, until the server closes."""
+def raw_http(port, payload, until_close=False, timeout=None):
+    """Sends ``payload`` as it is to 127.0.0.1:``port`` and returns the bytes of the answer: up to
+    the end of the first whole answer (by its Content-Length), or with ``until_close`` every
+    byte until the server closes; with ``timeout``, what came when the server has sent nothing
+    for that long (it waits for the rest of a request). A client that half-closes is one that
+    went away (aiohttp, like TF Serving's libevent, closes on the end of the stream), so the
+    sending side stays open."""
+    import re
     import socket
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout or 30) as connection:
         connection.sendall(payload)
-        if half_close:
-            connection.shutdown(socket.SHUT_WR)
         data = b""
         while True:
-            chunk = connection.recv(65536)
+            try:
+                chunk = connection.recv(65536)
+            except ConnectionResetError:
+                return data
+            except TimeoutError:
+                if timeout is None:
+                    raise
+                return data
             if not chunk:
                 return data
             data += chunk
+            head, blank, body = data.partition(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            if not until_close and blank and length and len(body) >= int(length.group(1)) \
+                    and not head.startswith(b"HTTP/1.1 100 "):
+                return data

@@ -101,8 +101,8 @@ def serving_latency_row(output="serving_latency"):
     return row("serving_latency.py", output, figures, r)
 
 
-def serving_soak_rows():
-    r = load("serving_soak")
+def serving_soak_rows(output="serving_soak", long_text=True):
+    r = load(output)
     mixed, large = r["mixed"], r["large_requests"]
     requests = sum(v["requests"] for v in mixed["latency"].values())
     figures = (f"{mixed['minutes']:.0f} min of mixed good and bad traffic at concurrency "
@@ -110,12 +110,37 @@ def serving_soak_rows():
                f"answers, {r['server_log']['tracebacks']} tracebacks, RSS {mixed['rss_mb']['start']}"
                f" -> max {mixed['rss_mb']['max']} -> {mixed['rss_mb']['end']} MB; "
                f"{large['requests']} requests of {large['body_mb']} MB: RSS +{large['growth_mb']} MB")
+    if not long_text:
+        return [row("serving_soak.py", output, figures, r)]
     long_text = load("serving_soak_long_text")
     text = long_text["long_text"]
     long_figures = (f"one {text['mb']:.0f} MB text request answered in {text['seconds']:.2f} s "
                     f"(cut before tokenisation), RSS {text['rss_after_mb']} MB after")
-    return [row("serving_soak.py", "serving_soak", figures, r),
+    return [row("serving_soak.py", output, figures, r),
             row("serving_soak.py", "serving_soak_long_text", long_figures, long_text)]
+
+
+# The REST front-end candidates measured beside glomo serve's (aiohttp): uvicorn with httptools.
+SERVING_CANDIDATES = ("serving_candidates/latency_uvicorn",
+                      "serving_candidates/latency_large_uvicorn")
+
+
+def serving_memory_row(output):
+    """Resident memory over a stream of large requests: the highest reading of each stretch of
+    30 requests (the allocator's swing has that period here)."""
+    r = load(output)
+    large = r["large_requests"]
+    curve = large["rss_every_10_mb"]
+    peaks = [max(curve[i:i + 3]) for i in range(0, len(curve), 3)]
+    figures = (f"{large['requests']} requests of {large['body_mb']} MB, one after another: RSS "
+               f"{large['rss_after_first_mb']} MB after the first, highest of each 30: "
+               f"{', '.join(str(p) for p in peaks)} MB ({r['note'].split(':')[0]})")
+    return row("serving_soak.py", output, figures, r)
+
+
+SERVING_MEMORY = ("serving_memory/aiohttp_arena_cap", "serving_memory/aiohttp_no_arena_cap",
+                  "serving_memory/aiohttp_no_arena_cap_earlier",
+                  "serving_memory/aiohttp_arena_cap_with_trim")
 
 
 def ordered_memory_rows():
@@ -203,7 +228,9 @@ def all_rows():
         "transfer_overhead_cache_topk_bf16", "transfer_overhead_cache_topk_bf16_fused",
         "transfer_overhead_cache_topk_large")] + [
         sparse_mixture_row(), serving_latency_row(), serving_latency_row("serving_latency_large"),
-        *serving_soak_rows(),
+        *serving_soak_rows(), *(serving_latency_row(name) for name in SERVING_CANDIDATES),
+        *serving_soak_rows("serving_candidates/soak_uvicorn", long_text=False),
+        *(serving_memory_row(name) for name in SERVING_MEMORY),
         *ordered_memory_rows(), top_k_accuracy_row(), top_k_accuracy_row("sst2", "SST-2"),
         *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row(), preset_load_row()]
 

@@ -9,8 +9,8 @@ import sys
 import threading
 
 from glomo_tf.cli.common import HelpFormatter, UsageError
-from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, REST_FRONTENDS,
-                                     ModelServer, parse_batching_parameters)
+from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, ModelServer,
+                                     parse_batching_parameters)
 
 log = logging.getLogger("glomo_tf.serving")
 DESCRIPTION = ("``glomo serve``: a development model server that speaks TF Serving's REST and "
@@ -71,10 +71,6 @@ def register(subparsers):
                         "503 / UNAVAILABLE")
     p.add_argument("--rest_api_max_connections", type=int, default=64,
                    help="open REST connections; one more is answered 503 and closed")
-    p.add_argument("--rest_api_frontend", choices=REST_FRONTENDS, default="event_loop",
-                   help="how REST connections are served: one asyncio event loop for all (a "
-                        "batch's answers written without a thread waiting for each), or a "
-                        "thread each (http.server)")
     limits = p.add_argument_group(
         "request limits (checked before any array is built; over a limit: 413 / "
         "RESOURCE_EXHAUSTED, 400 / INVALID_ARGUMENT for --max_request_rank)")
@@ -110,6 +106,11 @@ def register(subparsers):
 
 def server_from_args(args):
     """Check the flags and build (not start) the :class:`ModelServer` they describe."""
+    import importlib.util
+    for module in ("tensorflow_serving", "aiohttp"):
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"glomo serve needs {module}, which this installation lacks: "
+                             "pip install 'glomo_tf[serve]'")
     if bool(args.model_base_path) == bool(args.model_config_file):
         raise UsageError("give either --model_base_path (with --model_name) or "
                          "--model_config_file")
@@ -163,7 +164,7 @@ def server_from_args(args):
                   rest_api_num_threads=args.rest_api_num_threads,
                   max_queued_requests=args.max_queued_requests,
                   rest_api_max_connections=args.rest_api_max_connections,
-                  rest_api_frontend=args.rest_api_frontend, metrics_path=metrics_path,
+                  metrics_path=metrics_path,
                   access_log=bool(args.access_log), **batching)
     try:
         if args.model_config_file:
@@ -244,9 +245,8 @@ def run(args):
     log.info("TensorFlow threads: intra-op %s, inter-op %s (0: TensorFlow's choice)",
              intra_op, inter_op)
     if "MALLOC_ARENA_MAX" not in os.environ:
-        # Requests are read and decoded in several threads (a thread per connection with
-        # --rest_api_frontend=threads); with glibc's default of 8 arenas per core,
-        # the pages of large requests stay spread over many arenas (see serving/memory.py).
+        # Large requests are decoded in several threads; with glibc's default of 8 arenas per
+        # core, their pages stay spread over many arenas (see serving/memory.py).
         from glomo_tf.serving.memory import limit_arenas
         limit_arenas(2)
     if args.access_log:

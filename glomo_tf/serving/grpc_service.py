@@ -141,32 +141,30 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
         response.model_spec.signature_name = signature.name
 
     def Classify(self, request, context):
-        from glomo_tf.serving import inference
-
-        def classify():
-            servable, signature, serialized, timeout = self._examples(request, context)
-            results = inference.classify(self.core, signature, serialized, timeout)
-            response = classification_pb2.ClassificationResponse()
-            self._fill_spec(response, servable, signature)
-            for classes in results:
-                entry = response.result.classifications.add()
-                for label, score in classes:
-                    entry.classes.add(label=label.decode("utf-8", "replace"), score=score)
-            return response
-        return self.call(context, "classify", request.model_spec.name, classify)
+        return self._examples_call("classify", request, context)
 
     def Regress(self, request, context):
+        return self._examples_call("regress", request, context)
+
+    def _examples_call(self, verb, request, context):
+        """Classify or Regress: tf.Examples in, classes or values out."""
         from glomo_tf.serving import inference
 
-        def regress():
+        def run():
             servable, signature, serialized, timeout = self._examples(request, context)
-            values = inference.regress(self.core, signature, serialized, timeout)
-            response = regression_pb2.RegressionResponse()
+            if verb == "classify":
+                response = classification_pb2.ClassificationResponse()
+                for classes in inference.classify(self.core, signature, serialized, timeout):
+                    entry = response.result.classifications.add()
+                    for label, score in classes:
+                        entry.classes.add(label=label.decode("utf-8", "replace"), score=score)
+            else:
+                response = regression_pb2.RegressionResponse()
+                for value in inference.regress(self.core, signature, serialized, timeout):
+                    response.result.regressions.add(value=value)
             self._fill_spec(response, servable, signature)
-            for value in values:
-                response.result.regressions.add(value=value)
             return response
-        return self.call(context, "regress", request.model_spec.name, regress)
+        return self.call(context, verb, request.model_spec.name, run)
 
     def MultiInference(self, request, context):
         context.abort(grpc.StatusCode.UNIMPLEMENTED,

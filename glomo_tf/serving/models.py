@@ -523,12 +523,16 @@ class ModelManager:
                             f"{name!r} (serving: {', '.join(sorted(self._configs)) or 'none'})")
         return config
 
+    def _request(self, name, version, label):
+        """Under the lock: a model's config, its version states, and the version asked for."""
+        config = self._config(name)
+        return config, self._versions.get(name, {}), _requested_version(name, config, version,
+                                                                        label)
+
     def resolve(self, name, version=None, label=None):
         """The :class:`Servable` a request names: a version, a label, or else the latest one."""
         with self._lock:
-            config = self._config(name)
-            states = self._versions.get(name, {})
-            version = _requested_version(name, config, version, label)
+            config, states, version = self._request(name, version, label)
             if version is not None:
                 state = states.get(version)
                 if state is None or state.state != "AVAILABLE":
@@ -545,9 +549,7 @@ class ModelManager:
     def status(self, name, version=None, label=None):
         """``[VersionState]`` newest first; a version or label narrows it to that version."""
         with self._lock:
-            config = self._config(name)
-            states = self._versions.get(name, {})
-            version = _requested_version(name, config, version, label)
+            _, states, version = self._request(name, version, label)
             if version is not None:
                 if version not in states:
                     raise not_found(f"Could not find version {version} of model {name}")

@@ -25,7 +25,6 @@ and this server's own:
 """
 
 import bisect
-import re
 import threading
 
 DEFAULT_PATH = "/monitoring/prometheus/metrics"
@@ -39,51 +38,19 @@ def parse_monitoring_config(text):
     """A ``MonitoringConfig`` text proto -> the metrics path, or None when Prometheus is off.
 
     Raises:
-        ValueError: text that is not a MonitoringConfig, with what was found where.
+        ValueError: text that is not a MonitoringConfig (protobuf's text-format error), or a
+            path that is not absolute or lies under ``/v1/``.
     """
-    text = re.sub(r"#[^\n]*", "", text)
-    # Text format ends a field with an optional ',' or ';' (TF Serving's own example has one).
-    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[{}:]|[^\s{}:",;]+', text)
-    config, stack, position = {}, [], 0
-    while position < len(tokens):
-        token = tokens[position]
-        if token == "}":
-            if not stack:
-                raise ValueError("unbalanced '}' in the monitoring config")
-            stack.pop()
-            position += 1
-            continue
-        name = token
-        following = tokens[position + 1] if position + 1 < len(tokens) else None
-        if following == ":" and position + 2 < len(tokens) and tokens[position + 2] == "{":
-            following, position = "{", position + 1
-        if following == "{":
-            if (stack, name) not in (([], "prometheus_config"),):
-                raise ValueError(f"unknown monitoring config message {name!r} (known: "
-                                 "prometheus_config { enable, path })")
-            stack.append(name)
-            position += 2
-            continue
-        if following != ":" or position + 2 >= len(tokens):
-            raise ValueError(f"cannot parse the monitoring config near {name!r}")
-        value = tokens[position + 2]
-        if stack != ["prometheus_config"] or name not in ("enable", "path"):
-            raise ValueError(f"unknown monitoring config field {name!r} (known: "
-                             "prometheus_config { enable, path })")
-        if name == "enable":
-            if value not in ("true", "false"):
-                raise ValueError(f"prometheus_config.enable must be true or false, got {value}")
-            config[name] = value == "true"
-        else:
-            if not (value.startswith('"') and value.endswith('"')):
-                raise ValueError(f"prometheus_config.path must be a quoted string, got {value}")
-            config[name] = value[1:-1]
-        position += 3
-    if stack:
-        raise ValueError("unbalanced '{' in the monitoring config")
-    if not config.get("enable"):
+    from google.protobuf import text_format
+
+    from glomo_tf.serving.protos import monitoring_config_pb2
+    try:
+        config = text_format.Parse(text, monitoring_config_pb2.MonitoringConfig())
+    except text_format.ParseError as error:
+        raise ValueError(f"not a MonitoringConfig text proto: {error}") from None
+    if not config.prometheus_config.enable:
         return None
-    path = config.get("path") or DEFAULT_PATH
+    path = config.prometheus_config.path or DEFAULT_PATH
     if not path.startswith("/") or path.lower().startswith("/v1/"):
         raise ValueError(f"prometheus_config.path must start with '/' and not with /v1/, got "
                          f"{path!r}")

@@ -1,5 +1,4 @@
-"""TF Serving's REST API (https://www.tensorflow.org/tfx/serving/api_rest) on Python's http.server
-(:class:`RestServer`; :mod:`glomo_tf.serving.rest_loop` serves the same API on an event loop).
+"""TF Serving's REST API (https://www.tensorflow.org/tfx/serving/api_rest) on aiohttp.
 
 Endpoints (paths are case-insensitive, as TF Serving's are; ``{l}`` is a version label)::
 
@@ -12,24 +11,30 @@ Endpoints (paths are case-insensitive, as TF Serving's are; ``{l}`` is a version
 Every error is answered as ``{"error": "<message>"}`` with TF Serving's HTTP status for the error's
 canonical code (400 for INVALID_ARGUMENT, 404 for NOT_FOUND, 503 for UNAVAILABLE...), plus 413 for
 a body over the size limit. A request never takes the server down.
+
+As in TF Serving, which leaves HTTP to libevent, the HTTP/1.1 mechanics (request and header
+parsing, chunked bodies, keep-alive, lingering close) are a maintained library's: aiohttp and its
+C parser (llhttp). :class:`RestApi` is the transport-free handler, :class:`RestServer` mounts it.
 """
 
+import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import json
 import logging
 import re
 import socket
-import sys
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 
 import numpy as np
+from aiohttp import web, web_protocol
 
 from glomo_tf.serving.errors import ServingError, from_http_status, invalid
-from glomo_tf.serving.limits import Admission
-from glomo_tf.serving.memory import release_free_memory
+from glomo_tf.serving.limits import Admission, too_large
 from glomo_tf.serving.monitoring import CONTENT_TYPE, Metrics
 from glomo_tf.serving.tensors import (DEFAULT_LIMITS, collection_paused, columnar_json,
                                       float_tokens, is_b64_object, json_to_array, row_json,
@@ -37,12 +42,21 @@ from glomo_tf.serving.tensors import (DEFAULT_LIMITS, collection_paused, columna
 
 log = logging.getLogger("glomo_tf.serving")
 access_log = logging.getLogger("glomo_tf.serving.access")
-LARGE_BODY = 1 << 20  # bytes of a request body after which free memory is given back
 
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
                           r":(classify|regress|predict)", re.IGNORECASE)
 STATUS_PATH = re.compile(r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
                          r"(?:/(metadata))?", re.IGNORECASE)
+METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
+HAS_BODY = ("POST", "PUT", "PATCH")  # requests that hold a worker turn while their body is read
+JSON_HEADERS = {"Content-Type": "application/json"}
+CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "POST, GET",
+                "Access-Control-Allow-Headers": "Content-Type"}
+# aiohttp's settings: a request or header line of up to 64 KB and 100 header lines (as Python's
+# http.client allows), two minutes idle between requests, 0.1 s of reading what a client still
+# sends after a refusal (so that it reads the answer before the connection closes).
+MAX_LINE, MAX_HEADERS, IDLE_TIMEOUT, LINGER = 65536, 100, 120.0, 0.1
+DECODE_IN_POOL = 64 << 10  # bodies of this size or more are decoded in a worker thread
 
 
 def _show(value, limit=200):
@@ -50,61 +64,19 @@ def _show(value, limit=200):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
-# ----------------------------------------------------------------------------- HTTP framing
-# (shared by both front ends: the thread-per-connection handler here and rest_loop's)
-
-CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")  # a chunk-size line's digits
-MALFORMED_CHUNKS = ("malformed chunked request body: a chunk size must be hex digits on their own "
-                    "line, and the body must end with a 0-size chunk")
-
-
-def body_length(encodings, lengths, limit):
-    """How a request's body is framed, from its Transfer-Encoding and Content-Length header values:
-    None for chunked, else its length (0 without a Content-Length).
-
-    Raises:
-        ServingError: INVALID_ARGUMENT for a framing this server refuses (the connection must
-            then close): RFC 9112, 6.1-6.3, only "chunked" is understood, and a message with both
-            framings is refused rather than guessed at (request smuggling), as are differing
-            lengths (6.3) and a length that is not 1*DIGIT (RFC 9110, 8.6).
-        BodyTooLarge: a Content-Length over ``limit``.
-    """
-    if encodings:
-        if [e.strip().lower() for e in ",".join(encodings).split(",")] != ["chunked"]:
-            raise invalid(f"unsupported Transfer-Encoding: {', '.join(encodings)} (only "
-                          "chunked)")
-        if lengths:
-            raise invalid("both Transfer-Encoding and Content-Length given; send one")
-        return None
-    lengths = {value.strip() for value in lengths}
-    if not lengths:
-        return 0
-    if len(lengths) > 1:
-        raise invalid(f"conflicting Content-Length headers: {', '.join(sorted(lengths))}")
-    length = lengths.pop()
-    if not (length.isascii() and length.isdigit()):
-        raise invalid(f"bad Content-Length: {length!r}")
-    length = int(length)
-    if length > limit:
-        raise BodyTooLarge(length)
-    return length
-
-
-def too_large_message(size, limit):
-    return (f"Request body of {size} bytes exceeds the limit of {limit} bytes "
-            "(--max_request_bytes)")
+def too_large_message(limit, size=None):
+    return (f"Request body {f'of {size} bytes ' if size else ''}exceeds the limit of {limit} "
+            "bytes (--max_request_bytes)")
 
 
 def not_found_message(method, path):
     return f"Not found: {method} {path} (TF Serving's REST API is under /v1/models/)"
 
 
-def body_ended_message(got, length):
-    return f"request body ended after {got} of its {length} bytes (Content-Length)"
+def error_response(status, message):
+    """TF Serving's error answer: ``{"error": message}`` with the HTTP status."""
+    return web.Response(status=status, headers=JSON_HEADERS, body=json.dumps(
+        {"error": message}, ensure_ascii=False).encode("utf-8"))
 
 
 def route_of(method, path):
@@ -227,191 +199,7 @@ def decode_inputs(value, signature, limits=DEFAULT_LIMITS):
     return inputs
 
 
-# ----------------------------------------------------------------------------- handler
-
-class RestHandler(BaseHTTPRequestHandler):
-    """One connection; ``self.server`` is a :class:`RestServer`."""
-
-    protocol_version = "HTTP/1.1"
-    server_version = "glomo-serve"
-    disable_nagle_algorithm = True  # an answer never waits for the ACK of the one before
-    timeout = 120  # seconds a connection may sit idle
-
-    def log_message(self, format, *args):  # http.server's line for every request
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("REST %s - %s", self.address_string(), format % args)
-
-    def send_error(self, code, message=None, explain=None):
-        """http.server's own refusals (a bad request line or header, an unknown method, an
-        over-long line) as TF Serving's JSON errors; an unknown method is a 400 like PUT's."""
-        if code == 501:
-            code, message = 400, f"Malformed request: unsupported method {self.command!r}"
-        self.close_connection = True
-        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer in 1.0
-            self.request_version = "HTTP/1.0"
-        self._answer, self._code = (None, 0), from_http_status(code)
-        self._body_unread = False
-        text = message or self.responses.get(code, ("error",))[0]
-        try:
-            self._send(code, json.dumps({"error": text}, ensure_ascii=False).encode("utf-8"))
-        except OSError:
-            pass
-
-    # -- methods
-    def do_GET(self):
-        self._handle("GET")
-
-    def do_POST(self):
-        self._handle("POST")
-
-    def do_PUT(self):
-        self._handle("PUT")
-
-    def do_DELETE(self):
-        self._handle("DELETE")
-
-    def do_PATCH(self):
-        self._handle("PATCH")
-
-    def do_HEAD(self):  # answered like PUT or DELETE: 400 (the JSON error body is not sent)
-        self._handle("HEAD")
-
-    def do_OPTIONS(self):
-        if self.server.cors:
-            self._send(204, b"")
-        else:
-            self._handle("OPTIONS")
-
-    # -- plumbing
-    def _read(self, size, deadline):
-        """``size`` bytes of the body (fewer if the client closed), read by ``deadline``."""
-        parts, remaining = [], size
-        while remaining > 0:
-            left = deadline - time.monotonic()
-            try:
-                if left <= 0:
-                    raise socket.timeout
-                self.connection.settimeout(left)
-                part = self.rfile.read1(min(remaining, 1 << 20))
-            except socket.timeout:
-                raise ServingError("DEADLINE_EXCEEDED", "the request body did not arrive "
-                                   f"within {self.server.body_timeout:g} s", 408) from None
-            if not part:
-                break
-            parts.append(part)
-            remaining -= len(part)
-        self.connection.settimeout(self.timeout)
-        return b"".join(parts)
-
-    def _read_body(self):
-        limit = self.server.limits.max_request_bytes
-        deadline = time.monotonic() + self.server.body_timeout
-        try:
-            length = body_length(self.headers.get_all("Transfer-Encoding") or [],
-                                 self.headers.get_all("Content-Length") or [], limit)
-        except ServingError:
-            self.close_connection = True
-            raise
-        if length is None:
-            self.close_connection = False
-            chunks, total = [], 0
-            while True:
-                line = self.rfile.readline(1024)
-                digits = line.split(b";")[0].strip()
-                if not line.endswith(b"\n") or not CHUNK_SIZE.fullmatch(digits):
-                    self.close_connection = True
-                    raise invalid(MALFORMED_CHUNKS)
-                size = int(digits, 16)
-                if size == 0:
-                    while self.rfile.readline(1024).strip():  # trailers
-                        pass
-                    return b"".join(chunks)
-                total += size
-                if total > limit:
-                    raise BodyTooLarge(total)
-                chunk = self._read(size, deadline)
-                if len(chunk) < size:
-                    self.close_connection = True
-                    raise invalid("chunked request body ended inside a chunk")
-                chunks.append(chunk)
-                self.rfile.readline(8)
-        if not length:
-            return b""
-        body = self._read(length, deadline)
-        if len(body) < length:  # the client closed its side early: never predict on a part
-            self.close_connection = True
-            raise invalid(body_ended_message(len(body), length))
-        return body
-
-    def _send(self, status, body, content_type="application/json"):
-        self._answer = (status, len(body))
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if self.server.cors:
-            self.send_header("Access-Control-Allow-Origin", "*")
-            self.send_header("Access-Control-Allow-Methods", "POST, GET")
-            self.send_header("Access-Control-Allow-Headers", "Content-Type")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        # Headers and body in one write: one system call and one segment for small answers.
-        self._headers_buffer.append(b"\r\n")
-        if self.command != "HEAD":
-            self._headers_buffer.append(body)
-        self.flush_headers()
-
-    def _send_error_json(self, status, message, code=None):
-        self._code = code or from_http_status(status)
-        if self._body_unread:  # the unread body makes the stream unusable
-            self.close_connection = True
-        self._send(status, json.dumps({"error": message}, ensure_ascii=False).encode("utf-8"))
-
-    def _handle(self, method):
-        started = time.monotonic()
-        path = urllib.parse.urlsplit(self.path).path
-        self._answer, self._code = (None, 0), "OK"
-        self._body_unread = method in ("POST", "PUT", "PATCH")
-        self._large = False
-        try:
-            if method == "GET" and self.server.metrics_path and path == self.server.metrics_path:
-                self._send(200, self.server.metrics.exposition().encode("utf-8"),
-                           CONTENT_TYPE)
-                return
-            self._respond(method, path)
-        except ServingError as error:
-            self._send_error_json(error.http_status, error.message, error.code)
-        except (ConnectionError, socket.timeout):
-            self.close_connection = True
-            self._code = "CANCELLED"
-        except Exception as error:  # a bug must not take the server down
-            log.exception("REST %s %s failed", method, path)
-            self._send_error_json(500, f"Internal: {type(error).__name__}: {error}", "INTERNAL")
-        finally:
-            self.server.finished(self, method, path, time.monotonic() - started)
-            if self._large:  # its body, arrays and answer are garbage now
-                release_free_memory()
-
-    def _respond(self, method, path):
-        """Reads and decodes the request holding a worker turn (the part whose memory a client
-        controls), then runs it without one (the batcher bounds its own queue), and answers."""
-        with contextlib.ExitStack() as turn:
-            if self._body_unread:
-                turn.enter_context(self.server.admission.slot(self.server.request_timeout))
-            try:
-                body = self._read_body() if self._body_unread else b""
-                self._body_unread = False
-            except BodyTooLarge as error:
-                self._send_error_json(413, too_large_message(
-                    error.args[0], self.server.limits.max_request_bytes), "RESOURCE_EXHAUSTED")
-                return
-            if not path.lower().startswith("/v1/"):
-                self._send_error_json(404, not_found_message(method, path))
-                return
-            self._large = len(body) >= LARGE_BODY
-            status, answer = self.server.dispatch(method, path, body)
-        text = answer() if callable(answer) else answer
-        self._send(status, text.encode("utf-8"))
-
+# ----------------------------------------------------------------------------- the API
 
 class Prediction:
     """A decoded predict request: calling it runs it (waiting for its batch) and returns the
@@ -432,46 +220,20 @@ class Prediction:
 
 
 class RestApi:
-    """What the REST front ends share: ``dispatch`` maps a request to (HTTP status, JSON text),
-    ``finished`` counts and logs an answered request. Its arguments are
-    :class:`RestServer`'s."""
+    """TF Serving's REST API without its transport, as TF Serving's ``HttpRestApiHandler`` is:
+    :meth:`dispatch` maps ``(method, path, body)`` to ``(HTTP status, answer)``, raising a
+    :class:`~glomo_tf.serving.errors.ServingError` whose canonical code gives the HTTP status.
 
-    def _init_api(self, core, timeout_ms, cors, workers, max_queued, max_connections,
-                  body_timeout, metrics_path, access_log):
+    Args:
+        core: the :class:`~glomo_tf.serving.core.ServingCore` (models, batcher, limits).
+        timeout_ms: how long a request may wait for a worker turn and then for its batch.
+    """
+
+    def __init__(self, core, timeout_ms=30000):
         self.core = core
         self.limits = core.limits
-        self.metrics = core.metrics or Metrics()
         self.request_timeout = timeout_ms / 1000 if timeout_ms and timeout_ms > 0 else None
-        self.cors = cors
-        self.admission = Admission(workers, max_queued, "REST", "--rest_api_num_threads")
-        self.max_connections = max_connections
-        self.body_timeout = body_timeout
-        self.metrics_path = metrics_path
-        self.access_log = access_log
-        self.metrics.gauge(":glomo:serving:queue_depth", "queue", "REST",
-                           lambda: self.admission.waiting)
-        self.metrics.gauge(":glomo:serving:running_requests", "entrypoint", "REST",
-                           lambda: self.admission.running)
 
-    def refuse_connection(self):
-        """The 503 answer (closing) of a connection over ``max_connections``, counted."""
-        body = json.dumps({"error": f"the server is busy: {self.max_connections} connections "
-                                    "are open (the most it takes); retry later"}).encode()
-        self.metrics.record_request("", "connection", "REST", "UNAVAILABLE", 0.0)
-        return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                b"Connection: close\r\nContent-Length: " + str(len(body)).encode()
-                + b"\r\n\r\n" + body)
-
-    def finished(self, handler, method, path, seconds):
-        """Count an answered request and write its access-log line."""
-        model, api = route_of(method, path)
-        if handler._answer[0] is not None or handler._code != "OK":
-            self.metrics.record_request(model, api, "REST", handler._code, seconds)
-        if self.access_log:
-            status, size = handler._answer
-            access_log.info('%s "%s %s" %s %d %.1fms', handler.address_string(), method,
-                            handler.path, status if status is not None else "-", size,
-                            seconds * 1e3)
 
     # -- routing
     def dispatch(self, method, path, body):
@@ -574,8 +336,76 @@ class RestApi:
         return Prediction(self.core, signature, inputs, writer, self.request_timeout)
 
 
-class RestServer(RestApi, ThreadingHTTPServer):
-    """The REST front end on Python's ``http.server``: a thread per connection.
+
+
+class _Exchange:
+    """One request's bookkeeping: the answer's status and size, its canonical code."""
+
+    __slots__ = ("status", "size", "code", "cancel")
+
+    def __init__(self):
+        self.status, self.size, self.code, self.cancel = None, 0, "OK", None
+
+
+class _Connection(web_protocol.RequestHandler):
+    """aiohttp's connection handler, whose own refusals (a malformed request line, header or
+    chunked body; a head over the size limits) are answered as TF Serving's JSON errors and
+    logged as one line, not as a server error with a traceback."""
+
+    def handle_error(self, request, status=500, exc=None, message=None):
+        if request.writer.output_size > 0:
+            raise ConnectionError("the answer was already being sent")
+        lines = (line.strip() for line in (message or HTTPStatus(status).phrase).splitlines())
+        text = " ".join(line for line in lines if line.strip("^ "))  # without the caret line
+        log.info("REST client %s refused: %s %s", request.remote, status, text)
+        answer = error_response(status, text)
+        answer.force_close()
+        return answer
+
+
+class _Server(web.Server):
+    """aiohttp's low-level server, counting connections for the cap of :class:`RestServer`."""
+
+    def __init__(self, rest, **settings):
+        super().__init__(rest.handle, request_factory=self._request, handler_cancellation=True,
+                         loop=rest.loop, **settings)
+        self.rest = rest
+
+    def __call__(self):
+        return _Connection(self, loop=self.rest.loop, **self._kwargs)
+
+    def _request(self, message, payload, protocol, writer, task):
+        return web.BaseRequest(message, payload, protocol, writer, task, self.rest.loop,
+                               client_max_size=self.rest.limits.max_request_bytes)
+
+    def connection_made(self, handler, transport):
+        rest = self.rest
+        (rest.open if len(rest.open) < rest.max_connections else rest.over).add(handler)
+        super().connection_made(handler, transport)
+
+    def connection_lost(self, handler, exc=None):
+        self.rest.open.discard(handler)
+        self.rest.over.discard(handler)
+        exchange = self.rest.waiting.pop(handler, None)
+        if exchange is not None:  # its request is still being served: take it off the queue
+            exchange.code = "CANCELLED"
+            if exchange.cancel is not None:
+                exchange.cancel()
+            peer = handler.transport.get_extra_info("peername") if handler.transport else None
+            peer = peer[:2] if isinstance(peer, tuple) else (peer, "")
+            log.info("REST client %s:%s went away: %s", *peer,
+                     type(exc).__name__ if exc else "closed")
+        super().connection_lost(handler, exc)
+
+
+class RestServer(RestApi):
+    """TF Serving's REST API on aiohttp: one event loop reads and answers every connection.
+
+    A prediction is queued on the batcher without a thread waiting for it
+    (:meth:`~glomo_tf.serving.core.ServingCore.submit`); the batch thread hands the outputs back
+    to the loop, which writes the answers. Other work (model status and metadata,
+    classify/regress, a prediction without a batcher, decoding a body of 64 KB or more) runs in
+    a pool of ``workers`` threads, so that the loop never waits on a model or a large parse.
 
     Args:
         core: the :class:`~glomo_tf.serving.core.ServingCore` (its ``limits`` and ``metrics``).
@@ -584,95 +414,243 @@ class RestServer(RestApi, ThreadingHTTPServer):
         cors: answer with CORS headers.
         workers, max_queued: requests with a body read and decoded at once, and waiting for
             a turn (:class:`~glomo_tf.serving.limits.Admission`; more are refused with 503).
-        max_connections: open connections; one more is answered 503 and closed.
+        max_connections: open connections; a request on one more is answered 503 and closed.
         body_timeout: seconds a request body may take to arrive (408 after).
         metrics_path: where Prometheus metrics are served (None: nowhere).
         access_log: log one line per request to the ``glomo_tf.serving.access`` logger.
     """
 
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
     def __init__(self, core, host="127.0.0.1", port=0, timeout_ms=30000, cors=False,
                  workers=4, max_queued=16, max_connections=64, body_timeout=30.0,
                  metrics_path=None, access_log=False):
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        self._init_api(core, timeout_ms, cors, workers, max_queued, max_connections,
-                       body_timeout, metrics_path, access_log)
-        self._connections = 0
-        self._connections_lock = threading.Lock()
-        super().__init__((host, port), RestHandler)
-        self._thread = None
-
-    # -- connections: a thread each, up to max_connections
-    def process_request(self, request, client_address):
-        with self._connections_lock:
-            full = self._connections >= self.max_connections
-            if not full:
-                self._connections += 1
-        if full:
-            self._refuse(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._connections_lock:
-                self._connections -= 1
-
-    def _refuse(self, request):
-        answer = self.refuse_connection()
-        try:
-            request.settimeout(1.0)
-            request.sendall(answer)
-        except OSError:
-            pass
-        self.shutdown_request(request)
-
-    def shutdown_request(self, request):
-        """A lingering close: after the answer, read briefly what the client still sends (a
-        body the server refused to read), so that closing with unread data does not reset the
-        connection before the client has read the answer."""
-        try:
-            request.shutdown(socket.SHUT_WR)
-            request.settimeout(0.1)
-            drained = 0
-            while drained < 1 << 20:
-                chunk = request.recv(65536)
-                if not chunk:
-                    break
-                drained += len(chunk)
-        except OSError:
-            pass
-        self.close_request(request)
+        super().__init__(core, timeout_ms)
+        self.metrics = core.metrics or Metrics()
+        self.cors = cors
+        self.admission = Admission(workers, max_queued, "REST", "--rest_api_num_threads")
+        self.max_connections = max_connections
+        self.body_timeout = body_timeout
+        self.metrics_path = metrics_path
+        self.access_log = access_log
+        self.metrics.gauge(":glomo:serving:queue_depth", "queue", "REST",
+                           lambda: self.admission.waiting)
+        self.metrics.gauge(":glomo:serving:running_requests", "entrypoint", "REST",
+                           lambda: self.admission.running)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, port), family=family, backlog=128)
+        self.pool = concurrent.futures.ThreadPoolExecutor(workers,
+                                                          thread_name_prefix="glomo-serve-rest")
+        self.open, self.over = set(), set()  # connections served, and those over the cap
+        self.waiting = {}  # connection -> the exchange of its request being served
+        self._turns = collections.deque()  # futures of requests waiting for a turn
+        self.loop = self._server = self._thread = None
 
     @property
     def port(self):
-        return self.server_address[1]
+        return self.socket.getsockname()[1]
 
-    def handle_error(self, request, client_address):
-        """A client that goes away mid-request is one log line, not a traceback."""
-        error = sys.exc_info()[1]
-        if isinstance(error, (ConnectionError, socket.timeout)):
-            log.info("REST client %s:%s went away: %s", *client_address[:2],
-                     type(error).__name__)
-            return
-        super().handle_error(request, client_address)
+    @property
+    def connections(self):
+        """Connections open and served (one over ``max_connections`` is not)."""
+        return len(self.open)
 
+    # -- one request
+    async def handle(self, request):
+        started = time.monotonic()
+        exchange = _Exchange()
+        path = request.rel_url.raw_path
+        self.waiting[request.protocol] = exchange
+        try:
+            answer = await self._serve(request, exchange, path)
+        except ServingError as error:
+            answer = self._error(exchange, error.http_status, error.message, error.code)
+        except (ConnectionError, asyncio.CancelledError):  # the client went away
+            exchange.code = "CANCELLED"
+            self._finished(request, path, exchange, time.monotonic() - started)
+            raise
+        except Exception as error:  # a bug must not take the server down
+            log.exception("REST %s %s failed", request.method, path)
+            answer = self._error(exchange, 500, f"Internal: {type(error).__name__}: {error}",
+                                 "INTERNAL")
+        finally:
+            self.waiting.pop(request.protocol, None)
+        if request.protocol in self.over or exchange.code != "OK" and request.can_read_body:
+            answer.force_close()  # over the cap, or its body maybe unread
+        if self.cors:
+            answer.headers.update(CORS_HEADERS)
+        exchange.status, exchange.size = answer.status, answer.content_length or 0
+        self._finished(request, path, exchange, time.monotonic() - started)
+        return answer
+
+    async def _serve(self, request, exchange, path):
+        method = request.method
+        if request.protocol in self.over:
+            exchange.code = "UNAVAILABLE"
+            raise ServingError("UNAVAILABLE", f"the server is busy: {self.max_connections} "
+                               "connections are open (the most it takes); retry later")
+        if method == "OPTIONS" and self.cors:
+            return web.Response(status=204)
+        if method == "GET" and self.metrics_path and path == self.metrics_path:
+            return web.Response(body=self.metrics.exposition().encode("utf-8"),
+                                headers={"Content-Type": CONTENT_TYPE})
+        if method not in METHODS:
+            raise invalid(f"Malformed request: unsupported method {method!r}")
+        if method not in HAS_BODY:
+            return await self._run(exchange, *self._dispatch(method, path, b""))
+        async with self._turn():
+            body = await self._read_body(request)
+            if len(body) >= DECODE_IN_POOL:  # a large parse must not hold up the others
+                status, answer = await self.loop.run_in_executor(
+                    self.pool, self._dispatch, method, path, body)
+            else:
+                status, answer = self._dispatch(method, path, body)
+        return await self._run(exchange, status, answer)
+
+    def _dispatch(self, method, path, body):
+        if not path.lower().startswith("/v1/"):
+            raise ServingError("NOT_FOUND", not_found_message(method, path))
+        return self.dispatch(method, path, body)
+
+    async def _read_body(self, request):
+        limit = self.limits.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large(too_large_message(limit, request.content_length))
+        if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == \
+                "100-continue":  # as aiohttp's router does for its routes
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
+        try:
+            return await within(request.read(), self.body_timeout)
+        except asyncio.TimeoutError:
+            raise ServingError("DEADLINE_EXCEEDED", "the request body did not arrive within "
+                               f"{self.body_timeout:g} s", 408) from None
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large(too_large_message(limit)) from None
+        except web_protocol.RequestPayloadError as error:  # a malformed chunked body
+            raise invalid(f"malformed request body: {error}") from None
+
+    @contextlib.asynccontextmanager
+    async def _turn(self):
+        """Holds one of the admission's turns, waiting for it without a thread."""
+        if not self.admission.take():
+            waiter = self.loop.create_future()
+            self._turns.append(waiter)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), self.request_timeout)
+            except (asyncio.TimeoutError, asyncio.CancelledError) as stopped:
+                if waiter.done():  # the turn came as the wait ended: hand it on
+                    self._give_turn_back()
+                else:
+                    waiter.cancel()
+                    self._turns.remove(waiter)
+                    self.admission.leave_queue()
+                if isinstance(stopped, asyncio.CancelledError):
+                    raise
+                raise self.admission.late(self.request_timeout) from None
+        try:
+            yield
+        finally:
+            self._give_turn_back()
+
+    def _give_turn_back(self):
+        self.admission.give_back()
+        while self._turns and self.admission.running < self.admission.workers:
+            waiter = self._turns.popleft()
+            self.admission.leave_queue()
+            self.admission.take()  # a turn is free: held from here by the waiter
+            waiter.set_result(None)
+
+    async def _run(self, exchange, status, answer):
+        if isinstance(answer, Prediction):
+            done = self.loop.create_future()
+
+            def finished(outputs, error):
+                self.loop.call_soon_threadsafe(_settle, done, outputs, error)
+
+            exchange.cancel = self.core.submit(answer.signature, answer.inputs, finished)
+            if exchange.cancel is not None:
+                try:
+                    outputs = await within(done, self.request_timeout)
+                except asyncio.TimeoutError:
+                    exchange.cancel()
+                    raise ServingError("DEADLINE_EXCEEDED", "the request was not served within "
+                                       f"{self.request_timeout:.3f} s", 504) from None
+                finally:
+                    exchange.cancel = None  # the queued task refers back: no cycle is left
+                text = answer.writer(outputs)
+            else:
+                text = await self.loop.run_in_executor(self.pool, answer)
+        elif callable(answer):
+            text = await self.loop.run_in_executor(self.pool, answer)
+        else:
+            text = answer
+        return web.Response(status=status, body=text.encode("utf-8"), headers=JSON_HEADERS)
+
+    @staticmethod
+    def _error(exchange, status, message, code=None):
+        exchange.code = code or from_http_status(status)
+        return error_response(status, message)
+
+    def _finished(self, request, path, exchange, seconds):
+        """Count an answered request and write its access-log line."""
+        model, api = ("", "connection") if exchange.code == "UNAVAILABLE" and \
+            request.protocol in self.over else route_of(request.method, path)
+        self.metrics.record_request(model, api, "REST", exchange.code, seconds)
+        if self.access_log:
+            access_log.info('%s "%s %s" %s %d %.1fms', request.remote, request.method,
+                            request.path_qs, exchange.status or "-", exchange.size,
+                            seconds * 1e3)
+
+    # -- lifecycle
     def start(self):
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="glomo-serve-rest", daemon=True)
+        """Serves on a thread of its own until :meth:`stop`."""
+        ready = threading.Event()
+
+        def run():
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+
+            async def serve():
+                self._server = _Server(
+                    self, keepalive_timeout=IDLE_TIMEOUT, lingering_time=LINGER,
+                    max_line_size=MAX_LINE, max_field_size=MAX_LINE, max_headers=MAX_HEADERS,
+                    access_log=None, auto_decompress=False)
+                return await self.loop.create_server(self._server, sock=self.socket)
+            listening = self.loop.run_until_complete(serve())
+            ready.set()
+            self.loop.run_forever()
+            listening.close()
+            self.loop.run_until_complete(self._server.shutdown(1.0))
+            self.loop.close()
+
+        self._thread = threading.Thread(target=run, name="glomo-serve-rest", daemon=True)
         self._thread.start()
+        ready.wait(30)
 
     def stop(self):
-        self.shutdown()
-        self.server_close()
-        if self._thread is not None:
+        if self.loop is not None and self._thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=30)
+            self._thread = None
+        else:
+            self.socket.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def within(awaitable, seconds):
+    """``await awaitable``, raising ``asyncio.TimeoutError`` after ``seconds`` (None: never);
+    on Python 3.11 and later without the task ``asyncio.wait_for`` wraps a coroutine in."""
+    if not hasattr(asyncio, "timeout"):
+        return await asyncio.wait_for(awaitable, seconds)
+    async with asyncio.timeout(seconds):
+        return await awaitable
+
+
+def _settle(future, outputs, error):
+    if not future.done():
+        if error is None:
+            future.set_result(outputs)
+        else:
+            future.set_exception(error)
 
 
 _JSON_OUTPUT_TYPES = {"DT_FLOAT", "DT_DOUBLE", "DT_HALF", "DT_BFLOAT16", "DT_INT8", "DT_INT16",

@@ -20,58 +20,43 @@ change shape with the batch, and GLoMo text requests (cut back to their own leng
 
 import logging
 import os
-import re
 import threading
 
 log = logging.getLogger("glomo_tf.serving")
 
-# BatchingParameters fields (session_bundle_config.proto) this server uses, and the ones it
-# accepts but ignores, so that a TF Serving batching file works unchanged.
+# BatchingParameters fields (session_bundle_config.proto) this server uses; the others are
+# accepted (a TF Serving batching file works unchanged) and reported as ignored.
 BATCHING_FIELDS = ("max_batch_size", "batch_timeout_micros", "num_batch_threads",
                    "max_enqueued_batches")
-IGNORED_BATCHING_FIELDS = ("allowed_batch_sizes", "pad_variable_length_inputs",
-                           "thread_pool_name", "enable_large_batch_splitting",
-                           "max_execution_batch_size", "batch_padding_policy",
-                           "low_priority_max_batch_size", "low_priority_batch_timeout_micros",
-                           "low_priority_max_enqueued_batches", "low_priority_allowed_batch_sizes",
-                           "mixed_priority_batching_policy")
 # tensorflow_model_server flags that are accepted (so a command line carries over unchanged) but
 # have nothing to tune here; each one given is reported as ignored.
 IGNORED_FLAGS = ("enable_model_warmup", "num_load_threads", "num_unload_threads",
                  "per_process_gpu_memory_fraction", "grpc_channel_arguments",
                  "allow_version_labels_for_unavailable_models",
                  "xla_cpu_compilation_enabled", "enable_signature_method_name_check")
-# REST front ends: a thread per connection (http.server), or one asyncio event loop for all.
-REST_FRONTENDS = ("threads", "event_loop")
 DEFAULT_BATCHING = {"max_batch_size": 32, "batch_timeout_micros": 0, "num_batch_threads": 2,
                     "max_enqueued_batches": 100}
 
 
 def parse_batching_parameters(text):
-    """A ``--batching_parameters_file`` (BatchingParameters text proto) -> ``{field: int}``."""
-    text = re.sub(r"#[^\n]*", "", text)
-    values = {}
-    position = 0
-    pattern = re.compile(r"\s*(\w+)\s*(?:\{\s*value\s*:\s*([^\s}]+)\s*\}|:\s*([^\s{}]+))\s*")
-    while position < len(text.rstrip()):
-        matched = pattern.match(text, position)
-        if matched is None:
-            raise ValueError(f"cannot parse the batching parameters near "
-                             f"{text[position:position + 40]!r}")
-        field, value = matched.group(1), matched.group(2) or matched.group(3)
-        position = matched.end()
-        if field in IGNORED_BATCHING_FIELDS:
-            log.warning("batching parameter %s is not used by glomo serve; ignored", field)
-            continue
-        if field not in BATCHING_FIELDS:
-            raise ValueError(f"unknown batching parameter {field!r} (known: "
-                             f"{', '.join(BATCHING_FIELDS + IGNORED_BATCHING_FIELDS)})")
-        try:
-            values[field] = int(value)
-        except ValueError:
-            raise ValueError(f"batching parameter {field} must be an integer, got "
-                             f"{value!r}") from None
-    return values
+    """A ``--batching_parameters_file`` (``BatchingParameters`` text proto) -> ``{field: int}``.
+
+    Raises:
+        ValueError: text that is not a BatchingParameters message (protobuf's text-format
+            error, naming the line and column).
+    """
+    from google.protobuf import text_format
+
+    from glomo_tf.serving.protos import session_bundle_config_pb2
+    try:
+        parameters = text_format.Parse(text, session_bundle_config_pb2.BatchingParameters())
+    except text_format.ParseError as error:
+        raise ValueError(f"not a BatchingParameters text proto: {error}") from None
+    for field, _ in parameters.ListFields():
+        if field.name not in BATCHING_FIELDS:
+            log.warning("batching parameter %s is not used by glomo serve; ignored", field.name)
+    return {field: getattr(parameters, field).value for field in BATCHING_FIELDS
+            if parameters.HasField(field)}
 
 
 class ModelServer:
@@ -104,8 +89,6 @@ class ModelServer:
         metrics_path: serve Prometheus metrics on the REST port at this path (None: off; see
             :func:`glomo_tf.serving.monitoring.parse_monitoring_config`).
         access_log: one line per request on the ``glomo_tf.serving.access`` logger.
-        rest_api_frontend: ``"threads"`` (a thread per connection) or ``"event_loop"`` (one
-            asyncio loop reads and answers every connection; :mod:`glomo_tf.serving.rest_loop`).
     """
 
     def __init__(self, models=None, *, model_name="default", model_base_path=None,
@@ -117,7 +100,7 @@ class ModelServer:
                  grpc_max_threads=16, max_num_load_retries=5, max_request_elements=1 << 22,
                  max_request_rank=32, max_text_bytes=1 << 20, rest_api_num_threads=4,
                  max_queued_requests=16, rest_api_max_connections=64, metrics_path=None,
-                 access_log=False, rest_api_frontend="event_loop"):
+                 access_log=False):
         from glomo_tf.serving.limits import RequestLimits
         from glomo_tf.serving.models import ModelConfig
         given = sum(x is not None for x in (models, model_base_path, model_config_file))
@@ -125,9 +108,6 @@ class ModelServer:
             raise ValueError("give exactly one of models, model_base_path or model_config_file")
         if grpc_port is None and rest_port is None:
             raise ValueError("enable at least one of the gRPC and REST APIs")
-        if rest_api_frontend not in REST_FRONTENDS:
-            raise ValueError(f"rest_api_frontend must be one of {', '.join(REST_FRONTENDS)}, got "
-                             f"{rest_api_frontend!r}")
         self.limits = RequestLimits(max_request_bytes, max_request_elements, max_request_rank,
                                     max_text_bytes)
         for name, value, least in (("rest_api_num_threads", rest_api_num_threads, 1),
@@ -156,7 +136,7 @@ class ModelServer:
             grpc_max_threads=grpc_max_threads, max_num_load_retries=max_num_load_retries,
             rest_api_num_threads=rest_api_num_threads, max_queued_requests=max_queued_requests,
             rest_api_max_connections=rest_api_max_connections, metrics_path=metrics_path,
-            access_log=access_log, rest_api_frontend=rest_api_frontend)
+            access_log=access_log)
         self.manager = self.batcher = self.core = self.metrics = None
         self._grpc = self._rest = None
         self._stop = threading.Event()
@@ -176,7 +156,6 @@ class ModelServer:
         from glomo_tf.serving.models import ModelManager
         from glomo_tf.serving.monitoring import Metrics
         from glomo_tf.serving.rest import RestServer
-        from glomo_tf.serving.rest_loop import LoopRestServer
         o = self.options
         self.metrics = Metrics()
         self.manager = ModelManager(self.models, tags=o["saved_model_tags"],
@@ -197,8 +176,7 @@ class ModelServer:
                                         o["access_log"])
                 self._grpc.start()
             if self._ports["rest"] is not None:
-                frontend = RestServer if o["rest_api_frontend"] == "threads" else LoopRestServer
-                self._rest = frontend(
+                self._rest = RestServer(
                     self.core, self.host, self._ports["rest"], o["rest_api_timeout_in_ms"],
                     o["cors"], workers=o["rest_api_num_threads"],
                     max_queued=o["max_queued_requests"],

@@ -1,0 +1,16 @@
+"""TF Serving's configuration messages that ``tensorflow-serving-api`` does not ship:
+``MonitoringConfig`` (``--monitoring_config_file``) and ``BatchingParameters``
+(``--batching_parameters_file``), parsed with protobuf's ``text_format`` so that every field and
+error is TF Serving's own.
+
+The ``.proto`` files are TF Serving's, unchanged below their licence header; the ``_pb2``
+modules are generated from them (protoc 31.1, the ``grpcio-tools==1.74.0`` wheel), TensorFlow's
+own descriptors standing in for the imports::
+
+    python -m grpc_tools.protoc --descriptor_set_in=deps.pb -I. --python_out=. \\
+        tensorflow_serving/config/monitoring_config.proto \\
+        tensorflow_serving/servables/tensorflow/session_bundle_config.proto
+
+where ``deps.pb`` is the ``FileDescriptorSet`` of ``tensorflow.core.protobuf.config_pb2``,
+``named_tensor_pb2`` and ``google.protobuf.wrappers_pb2`` and their imports.
+"""
