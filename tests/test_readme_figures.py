@@ -1205,3 +1205,33 @@ def test_books_entmax15_sentence_comes_from_its_json(readme):
     assert abs(mr - 1) < 0.05 and abs(sick - 1) < 0.05  # "about one source"
     assert best > max(min(r["val_perplexity"] for r in load(n)["curve"])
                       for n in ("books_gru_curve.json", "books_projected_curve.json"))
+
+
+def test_squad_init_seeds_sentence_comes_from_its_json(readme):
+    """The SQuAD reader over seeds 0-2: means per variant and the learned graphs' paired margin
+    over the uniform graph, seed by seed, recomputed from the runs."""
+    recorded = load("squad_init_seeds.json")
+    runs = {(r["variant"], r["seed"]): r for part in ("baseline", "glomo_variants")
+            for r in recorded[part]["runs"]}
+    seeds = sorted({seed for _, seed in runs})
+    assert seeds == [0, 1, 2] and len(runs) == 9
+    for part in ("baseline", "glomo_variants"):
+        config = recorded[part]["config"]
+        assert config["init_embeddings"] == "predictor" and config["embedding_dim"] == 128
+
+    def mean(variant, metric):
+        return 100 * sum(runs[variant, s][metric] for s in seeds) / len(seeds)
+
+    text = " ".join(readme.split())
+    figure = (f"the GLoMo reader averages test exact match / F1 {mean('glomo_rnn', 'exact_match'):.2f}"
+              f" / {mean('glomo_rnn', 'f1'):.2f}, the uniform graph "
+              f"{mean('uniform', 'exact_match'):.2f} / {mean('uniform', 'f1'):.2f} and the "
+              f"baseline {mean('baseline', 'exact_match'):.2f} / {mean('baseline', 'f1'):.2f}")
+    assert figure in text, f"README lacks: {figure}"
+    margins = [100 * (runs["glomo_rnn", s]["exact_match"] - runs["uniform", s]["exact_match"])
+               for s in seeds]
+    f1 = [100 * (runs["glomo_rnn", s]["f1"] - runs["uniform", s]["f1"]) for s in seeds]
+    assert all(m > 0 for m in margins)
+    figure = (f"by {', '.join(f'{m:+.2f}' for m in margins[:-1])} and {margins[-1]:+.2f} exact "
+              f"match (mean {sum(margins) / 3:+.2f}; F1 mean {sum(f1) / 3:+.2f})")
+    assert figure in text, f"README lacks: {figure}"
