@@ -339,12 +339,13 @@ class RestApi:
 
 
 class _Exchange:
-    """One request's bookkeeping: the answer's status and size, its canonical code."""
+    """One request's bookkeeping: the answer's status and size, its canonical code, and the
+    ``(model, API)`` its metrics count it under when not its path's."""
 
-    __slots__ = ("status", "size", "code", "cancel")
+    __slots__ = ("status", "size", "code", "cancel", "route")
 
     def __init__(self):
-        self.status, self.size, self.code, self.cancel = None, 0, "OK", None
+        self.status, self.size, self.code, self.cancel, self.route = None, 0, "OK", None, None
 
 
 class _Connection(web_protocol.RequestHandler):
@@ -459,7 +460,12 @@ class RestServer(RestApi):
         exchange = _Exchange()
         path = request.rel_url.raw_path
         self.waiting[request.protocol] = exchange
+        over = request.protocol in self.over
         try:
+            if over:  # a connection over the cap: refused, then closed
+                exchange.route = ("", "connection")
+                raise ServingError("UNAVAILABLE", f"the server is busy: {self.max_connections} "
+                                   "connections are open (the most it takes); retry later")
             answer = await self._serve(request, exchange, path)
         except ServingError as error:
             answer = self._error(exchange, error.http_status, error.message, error.code)
@@ -473,7 +479,7 @@ class RestServer(RestApi):
                                  "INTERNAL")
         finally:
             self.waiting.pop(request.protocol, None)
-        if request.protocol in self.over or exchange.code != "OK" and request.can_read_body:
+        if over or exchange.code != "OK" and request.can_read_body:
             answer.force_close()  # over the cap, or its body maybe unread
         if self.cors:
             answer.headers.update(CORS_HEADERS)
@@ -483,10 +489,6 @@ class RestServer(RestApi):
 
     async def _serve(self, request, exchange, path):
         method = request.method
-        if request.protocol in self.over:
-            exchange.code = "UNAVAILABLE"
-            raise ServingError("UNAVAILABLE", f"the server is busy: {self.max_connections} "
-                               "connections are open (the most it takes); retry later")
         if method == "OPTIONS" and self.cors:
             return web.Response(status=204)
         if method == "GET" and self.metrics_path and path == self.metrics_path:
@@ -592,8 +594,7 @@ class RestServer(RestApi):
 
     def _finished(self, request, path, exchange, seconds):
         """Count an answered request and write its access-log line."""
-        model, api = ("", "connection") if exchange.code == "UNAVAILABLE" and \
-            request.protocol in self.over else route_of(request.method, path)
+        model, api = exchange.route or route_of(request.method, path)
         self.metrics.record_request(model, api, "REST", exchange.code, seconds)
         if self.access_log:
             access_log.info('%s "%s %s" %s %d %.1fms', request.remote, request.method,
