@@ -252,15 +252,15 @@ def run_capacity(args, model_args, training):
     import tensorflow as tf
 
     from glomo_tf import demo, ops
-    from glomo_tf.layers import GraphPredictor
+    from glomo_tf.layers import graph_predictor
 
     train, test = corpora(training)
     check_oracle(test)
     keras.utils.set_random_seed(args.seed)
     graph_args = {k: v for k, v in model_args.items()
                   if k not in ("context_length", "decoder_layers", "num_positions")}
-    predictor = GraphPredictor(train.vocabulary.size, initial_threshold=training["initial_threshold"],
-                               **graph_args)
+    predictor = graph_predictor(train.vocabulary.size, initial_threshold=training["initial_threshold"],
+                                **graph_args)
     predictor.build((None, None))
     scale_embeddings(predictor, training["embedding_scale"], args.seed)
     optimizer = optimizer_for(training, args.steps)

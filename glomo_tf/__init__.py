@@ -11,6 +11,7 @@ _PUBLIC = {
     "ContextDecoder": "glomo_tf.layers", "ContextualizedNonLocal": "glomo_tf.layers",
     "FeaturePredictor": "glomo_tf.layers", "GlomoTransfer": "glomo_tf.layers",
     "GraphMixture": "glomo_tf.layers", "GraphPredictor": "glomo_tf.layers",
+    "CoupledGraphPredictor": "glomo_tf.layers",
     "LinearChainCRF": "glomo_tf.layers", "OrderedMemory": "glomo_tf.layers",
     "SharedPrivateRNN": "glomo_tf.layers",
     "GlomoPretrainer": "glomo_tf.models", "Perplexity": "glomo_tf.models",

@@ -235,7 +235,7 @@ def run_demo(output_dir, epochs, steps_per_epoch, batch_size, train_windows, tes
                      "batch_size": batch_size, "seed": seed, "precision": precision,
                      "optimizer": f"Adam(learning_rate={LEARNING_RATE}, "
                                   f"global_clipnorm={CLIP_NORM})",
-                     "initial_threshold": model.graph_predictor.initial_threshold,
+                     "initial_threshold": model.graph_predictor.scorer.threshold_initializer.value,
                      "embedding_scale": EMBEDDING_SCALE,
                      "loss": [float(x) for x in history.history["loss"]],
                      "perplexity": [float(x) for x in history.history["perplexity"]],

@@ -18,8 +18,11 @@ COMPOSITIONS = ("gru", "residual", "projected")
 # GlomoPretrainer: what the decoders predict.
 OBJECTIVES = ("unit", "sentence")
 
-# GraphPredictor's defaults (the reference code's sizes and the paper's choices); ``hidden_dim`` has
-# none in the layer (it is the one size a user must choose), 256 for the pretraining command.
+# GraphPredictor's defaults as flat settings (the reference code's sizes and the paper's choices),
+# read by glomo_tf.layers.graph_predictor: the layer's arguments, the coupled ablation and the
+# feature composition, the live-row hinge's weight (0: none) and margin, the threshold's initial
+# value. ``hidden_dim`` has none in the layer (it is the one size a user must choose), 256 for the
+# pretraining command.
 GRAPH_PREDICTOR = dict(
     hidden_dim=256, num_layers=3, num_heads=8, head_dim=None, conv_layers=4, kernel_size=3,
     threshold="query", normalization="squared_relu", entmax_alpha=1.5, coupled=False,

@@ -25,11 +25,80 @@ def save_graph_predictor(graph_predictor, filepath):
 
 def load_keras_file(filepath, **kwargs):
     """``keras.saving.load_model`` after importing every glomo_tf layer and model, so that their
-    registered classes are known: the ``glomo`` command imports them lazily."""
+    registered classes are known (the ``glomo`` command imports them lazily); a file of earlier
+    versions that :func:`upgrade_keras_file` must convert is converted on the way."""
+    import tempfile
+
     import glomo_tf.layers  # noqa: F401
     import glomo_tf.models  # noqa: F401
 
+    with tempfile.TemporaryDirectory() as scratch:
+        upgraded = os.path.join(scratch, "upgraded.keras")
+        if upgrade_keras_file(filepath, upgraded):
+            return keras.saving.load_model(upgraded, **kwargs)
     return keras.saving.load_model(filepath, **kwargs)
+
+
+def upgrade_keras_file(filepath, output):
+    """Writes ``filepath``, a functional model's ``.keras`` file with a coupled predictor among
+    its layers saved before :class:`~glomo_tf.CoupledGraphPredictor` was its own class, to
+    ``output`` in today's layout; returns False (writing nothing) for a file that needs no
+    change. Keras files a functional model's layers under their class names, so such a
+    predictor's weights moved from ``layers/graph_predictor`` to
+    ``layers/coupled_graph_predictor`` (and the other predictors' numbering with them), and its
+    config is written in today's form; every other weight and config stay as they are::
+
+        python -c "import glomo_tf; glomo_tf.saving.upgrade_keras_file('old.keras', 'new.keras')"
+    """
+    import json
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(filepath) as archive:
+        config = json.loads(archive.read("config.json"))
+        renames, legacy_names, names = {}, {}, {}
+        for layer in config.get("config", {}).get("layers", []):
+            if layer.get("class_name") != "GraphPredictor":
+                continue  # other layers' names are not affected
+            legacy = _unique("graph_predictor", legacy_names)
+            coupled = layer.get("config", {}).get("coupled")
+            name = _unique("coupled_graph_predictor" if coupled else "graph_predictor", names)
+            if name != legacy:
+                renames[legacy] = name
+            if coupled:  # today's config, of today's class
+                today = keras.saving.serialize_keras_object(
+                    GraphPredictor.from_config(layer["config"]))
+                layer.update({key: today[key] for key in ("module", "class_name", "config",
+                                                          "registered_name")})
+        if not renames:
+            return False
+        weights = output + ".weights.h5"
+        with open(weights, "wb") as handle:
+            handle.write(archive.read("model.weights.h5"))
+        with h5py.File(weights, "r+") as h5:
+            for old in renames:  # through temporary names: a new name may be an old one
+                h5.move(f"layers/{old}", f"layers/{old}.upgrading")
+            for old, new in renames.items():
+                h5.move(f"layers/{old}.upgrading", f"layers/{new}")
+        with open(weights, "rb") as handle, zipfile.ZipFile(output, "w") as target:
+            upgraded = handle.read()
+            for item in archive.infolist():
+                data = {"model.weights.h5": upgraded,
+                        "config.json": json.dumps(config).encode()}.get(item.filename)
+                target.writestr(item, archive.read(item.filename) if data is None else data)
+    os.remove(weights)
+    return True
+
+
+def _unique(name, used):
+    """Keras' names for a functional model's layers of one class in its weights file: the class
+    name in snake case, then ``_1``, ``_2``... (``keras.src.saving.saving_lib``)."""
+    if name in used:
+        used[name] += 1
+        return f"{name}_{used[name]}"
+    used[name] = 0
+    return name
 
 
 def load_graph_predictor(filepath, trainable=False, dtype=None):

@@ -9,6 +9,7 @@ returns ``(tokenizer, predictor)``.
 import keras
 
 from glomo_tf import GraphPredictor, save_graph_predictor
+from glomo_tf.layers import graph_predictor
 from glomo_tf.data.vocabulary import Tokenizer
 
 
@@ -16,9 +17,9 @@ def pretrained_run(directory, lines, seed, sharpen=None, **sizes):
     keras.utils.set_random_seed(seed)
     tokenizer = Tokenizer.build(lines)
     tokenizer.save(directory / "tokenizer")
-    predictor = GraphPredictor(tokenizer.vocabulary_size, **sizes)
+    predictor = graph_predictor(tokenizer.vocabulary_size, **sizes)
     predictor.build((None, None))
     if sharpen is not None:
-        predictor.query_kernel.assign(predictor.query_kernel * sharpen)
+        predictor.scorer.query_kernel.assign(predictor.scorer.query_kernel * sharpen)
     save_graph_predictor(predictor, str(directory / "graph_predictor.keras"))
     return tokenizer, predictor

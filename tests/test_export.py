@@ -70,7 +70,7 @@ def _predictor(vocabulary_size, num_layers, num_heads):
     # Larger embeddings give varied, sparse graphs (a fresh tiny predictor's are nearly uniform).
     predictor.embeddings.assign(predictor.embeddings.numpy() * 10)
     # Non-trivial batch-norm statistics, so inference mode differs from training mode.
-    for mean, var in zip(predictor.bn_mean, predictor.bn_var):
+    for mean, var in zip(predictor.encoder.moving_means, predictor.encoder.moving_variances):
         mean.assign(np.full(mean.shape, 0.05, "float32"))
         var.assign(np.full(var.shape, 1.5, "float32"))
     return predictor

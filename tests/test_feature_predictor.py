@@ -162,7 +162,7 @@ def test_causality_through_features(composition, position, rng):
 
     run(ids)
     randomize(layer, rng)
-    predictor.threshold_bias.assign(np.full((2, L), -0.5, "float32"))  # dense enough graphs
+    predictor.scorer.threshold_bias.assign(np.full((2, L), -0.5, "float32"))  # dense enough graphs
     a, b = run(ids), run(changed)
     np.testing.assert_allclose(a[:, 0, :, :position], b[:, 0, :, :position], rtol=0, atol=1e-6)
     np.testing.assert_allclose(a[:, 1, :, position + 1:], b[:, 1, :, position + 1:],

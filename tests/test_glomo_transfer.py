@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import glomo_tf
 from glomo_tf import GlomoTransfer, GraphPredictor
+from glomo_tf.layers import graph_predictor
 from layer_harness import MaskCheck, run_layer_test
 
 V, P, L, K, T = 30, 8, 2, 2, 7  # vocabulary, predictor width, graph layers, heads, length
@@ -21,7 +22,7 @@ IDS = np.array([[3, 4, 5, 6, 7, 8, 9], [11, 12, 13, 14, 0, 0, 0], [21, 2, 17, 0,
 
 
 def make_predictor(**kwargs):
-    predictor = GraphPredictor(V, P, num_layers=L, num_heads=K, conv_layers=1, **kwargs)
+    predictor = graph_predictor(V, P, num_layers=L, num_heads=K, conv_layers=1, **kwargs)
     predictor.build((None, None))
     return predictor
 
@@ -108,7 +109,7 @@ def randomize_transfer(transfer, rng):
 
 
 def randomize_batch_norm(predictor, rng):
-    for mean, var in zip(predictor.bn_mean, predictor.bn_var):
+    for mean, var in zip(predictor.encoder.moving_means, predictor.encoder.moving_variances):
         mean.assign(rng.normal(0.0, 0.2, mean.shape).astype("float32"))
         var.assign(rng.uniform(0.5, 2.0, var.shape).astype("float32"))
 
@@ -489,8 +490,8 @@ def test_fine_tuned_predictor_gets_gradients_and_changes(rng):
     before = {v.path: v.numpy().copy() for v in predictor.weights}
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=["mse", None])
     model.fit(IDS, rng.normal(size=(3, T, 12)).astype("float32"), epochs=3, verbose=0)
-    for v in (predictor.query_kernel, predictor.conv_kernels[0], predictor.bn_mean[0],
-              predictor.bn_var[0]):
+    for v in (predictor.scorer.query_kernel, predictor.encoder.kernels[0], predictor.encoder.moving_means[0],
+              predictor.encoder.moving_variances[0]):
         assert not np.allclose(v.numpy(), before[v.path]), v.path
 
 
@@ -559,7 +560,7 @@ def test_save_and_load_graph_predictor(rng, tmp_path, trainable):
     np.testing.assert_allclose(model_b(IDS)[0].numpy(), model_a(IDS)[0].numpy(), rtol=1e-6,
                                atol=1e-6)
     trainable_ids = {id(v) for v in model_b.trainable_weights}
-    assert (id(loaded.query_kernel) in trainable_ids) == trainable
+    assert (id(loaded.scorer.query_kernel) in trainable_ids) == trainable
 
 
 def test_save_graph_predictor_errors(tmp_path):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from _references import np_entmax15
-from glomo_tf import GraphPredictor
+from glomo_tf import CoupledGraphPredictor, GraphPredictor
+from glomo_tf.layers import LiveRowHinge, graph_predictor
 from layer_harness import MaskCheck, run_layer_test
 
 VOCAB, D, L, K, H, T = 30, 8, 2, 2, 4, 7
@@ -22,26 +23,26 @@ def make_predictor(**kwargs):
     config = dict(vocabulary_size=VOCAB, hidden_dim=D, num_layers=L, num_heads=K, head_dim=H,
                   conv_layers=2, kernel_size=3)
     config.update(kwargs)
-    return GraphPredictor(**config)
+    return graph_predictor(**config)
 
 
 def randomize(layer, rng):
     """Non-trivial values for every weight, BN moving statistics and biases included."""
     layer.embeddings.assign(rng.normal(size=layer.embeddings.shape).astype("float32"))
     for i in range(layer.conv_layers):
-        shape = layer.bn_mean[i].shape
-        layer.bn_gamma[i].assign(rng.uniform(0.5, 1.5, shape).astype("float32"))
-        layer.bn_beta[i].assign(rng.normal(0, 0.3, shape).astype("float32"))
-        layer.bn_mean[i].assign(rng.normal(0, 0.3, shape).astype("float32"))
-        layer.bn_var[i].assign(rng.uniform(0.5, 2.0, shape).astype("float32"))
-    layer.query_bias.assign(rng.normal(0, 0.3, layer.query_bias.shape).astype("float32"))
-    layer.key_bias.assign(rng.normal(0, 0.3, layer.key_bias.shape).astype("float32"))
+        shape = layer.encoder.moving_means[i].shape
+        layer.encoder.gammas[i].assign(rng.uniform(0.5, 1.5, shape).astype("float32"))
+        layer.encoder.betas[i].assign(rng.normal(0, 0.3, shape).astype("float32"))
+        layer.encoder.moving_means[i].assign(rng.normal(0, 0.3, shape).astype("float32"))
+        layer.encoder.moving_variances[i].assign(rng.uniform(0.5, 2.0, shape).astype("float32"))
+    layer.scorer.query_bias.assign(rng.normal(0, 0.3, layer.scorer.query_bias.shape).astype("float32"))
+    layer.scorer.key_bias.assign(rng.normal(0, 0.3, layer.scorer.key_bias.shape).astype("float32"))
     if layer.normalization in ("entmax15", "entmax"):
         return  # no threshold weights: entmax solves each row's threshold
-    layer.threshold_bias.assign(rng.normal(0, 0.3, layer.threshold_bias.shape).astype("float32"))
+    layer.scorer.threshold_bias.assign(rng.normal(0, 0.3, layer.scorer.threshold_bias.shape).astype("float32"))
     if layer.threshold == "query":
-        layer.threshold_kernel.assign(
-            rng.normal(0, 0.3, layer.threshold_kernel.shape).astype("float32"))
+        layer.scorer.threshold_kernel.assign(
+            rng.normal(0, 0.3, layer.scorer.threshold_kernel.shape).astype("float32"))
 
 
 def built_predictor(rng, **kwargs):
@@ -117,14 +118,14 @@ def np_predictor(layer, ids, training=False, best=None):
     ordinary causal network and its graphs are flipped back on both time axes (paper/reference).
     ``best``: an empty list that receives each direction's ``[B, L, K, T]`` best row scores."""
     E = layer.embeddings.numpy().astype(np.float64)
-    kernels = [w.numpy().astype(np.float64) for w in layer.conv_kernels]
+    kernels = [w.numpy().astype(np.float64) for w in layer.encoder.kernels]
     bn = [[w.numpy().astype(np.float64)[:, 0, 0] for w in ws]
-          for ws in zip(layer.bn_gamma, layer.bn_beta, layer.bn_mean, layer.bn_var)]
-    wq, bq = layer.query_kernel.numpy(), layer.query_bias.numpy()[0, :, :, :, 0]
-    wk, bk = layer.key_kernel.numpy(), layer.key_bias.numpy()[0, :, :, :, 0]
+          for ws in zip(layer.encoder.gammas, layer.encoder.betas, layer.encoder.moving_means, layer.encoder.moving_variances)]
+    wq, bq = layer.scorer.query_kernel.numpy(), layer.scorer.query_bias.numpy()[0, :, :, :, 0]
+    wk, bk = layer.scorer.key_kernel.numpy(), layer.scorer.key_bias.numpy()[0, :, :, :, 0]
     learned = layer.normalization != "entmax15"
-    thr_kernel = layer.threshold_kernel.numpy() if learned and layer.threshold == "query" else None
-    thr_bias = layer.threshold_bias.numpy() if learned else np.zeros((2, L))
+    thr_kernel = layer.scorer.threshold_kernel.numpy() if learned and layer.threshold == "query" else None
+    thr_bias = layer.scorer.threshold_bias.numpy() if learned else np.zeros((2, L))
     graphs = []
     for z, (key_stack, query_stack) in enumerate([(0, 1), (2, 3)]):
         seq = ids if z == 0 else ids[:, ::-1]  # backward: reverse the sequence (and the mask)
@@ -173,14 +174,14 @@ def test_eq1_matches_numpy_reference(threshold, normalization, conv_layers, rng)
 def test_eq1_matches_numpy_reference_in_training_mode(rng):
     """Training mode uses the masked batch statistics (and updates the moving averages)."""
     layer = built_predictor(rng, conv_layers=1)
-    before_mean = layer.bn_mean[0].numpy().copy()
-    before_var = layer.bn_var[0].numpy().copy()
+    before_mean = layer.encoder.moving_means[0].numpy().copy()
+    before_var = layer.encoder.moving_variances[0].numpy().copy()
     expected = np_predictor(layer, IDS, training=True)
     got = layer(IDS, training=True)["graphs"].numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     # Moving statistics: momentum * old + (1 - momentum) * masked batch statistic.
     E = layer.embeddings.numpy().astype(np.float64)
-    W = layer.conv_kernels[0].numpy().astype(np.float64)
+    W = layer.encoder.kernels[0].numpy().astype(np.float64)
     for stack in range(4):
         seq = IDS if stack < 2 else IDS[:, ::-1]
         mask = (seq != 0).astype(np.float64)
@@ -188,11 +189,11 @@ def test_eq1_matches_numpy_reference_in_training_mode(rng):
         padded = np.concatenate([np.zeros((3, 2, D)), x], axis=1)
         windows = np.concatenate([padded[:, j:j + T] for j in range(3)], axis=-1)
         real = (windows @ W[stack])[mask > 0]
-        m = layer.momentum
-        np.testing.assert_allclose(layer.bn_mean[0].numpy()[stack, 0, 0],
+        m = layer.encoder.momentum
+        np.testing.assert_allclose(layer.encoder.moving_means[0].numpy()[stack, 0, 0],
                                    m * before_mean[stack, 0, 0] + (1 - m) * real.mean(0),
                                    rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(layer.bn_var[0].numpy()[stack, 0, 0],
+        np.testing.assert_allclose(layer.encoder.moving_variances[0].numpy()[stack, 0, 0],
                                    m * before_var[stack, 0, 0] + (1 - m) * real.var(0),
                                    rtol=1e-4, atol=1e-5)
 
@@ -318,13 +319,18 @@ def at_real_positions(outputs):
 HARNESS_CONFIGS = {
     "decoupled": dict(),
     "decoupled_scalar_softmax": dict(threshold="scalar", normalization="softmax", dropout=0.25,
-                                     momentum=0.8),
+                                     kernel_initializer=keras.initializers.GlorotUniform(),
+                                     kernel_regularizer=keras.regularizers.L2(1e-3),
+                                     embeddings_regularizer=keras.regularizers.L1(1e-3)),
     "coupled_scalar_softmax_residual": dict(coupled=True, threshold="scalar",
                                             normalization="softmax", composition="residual",
-                                            dropout=0.25, momentum=0.8),
+                                            dropout=0.25),
     "coupled_projected": dict(coupled=True, composition="projected"),
-    "entmax15": dict(normalization="entmax15", live_row_weight=1.0),
-    "coupled_entmax15_gru": dict(normalization="entmax15", coupled=True, live_row_weight=1.0),
+    "entmax15": dict(normalization="entmax15", live_row_regularizer=LiveRowHinge(1.0)),
+    "squared_relu_live_rows": dict(live_row_regularizer=LiveRowHinge(0.5, 0.2),
+                                   threshold_initializer=keras.initializers.Constant(-0.5)),
+    "coupled_entmax15_gru": dict(normalization="entmax15", coupled=True,
+                                 live_row_regularizer=LiveRowHinge(1.0)),
 }
 
 
@@ -332,11 +338,11 @@ HARNESS_CONFIGS = {
 def test_layer_harness(name, tmp_path):
     """Config and .keras round trips, mixed_bfloat16, padding and XLA for each kind of predictor
     (threshold weights or none, decoupled or coupled with each composer and its sub-layers)."""
-    kwargs = HARNESS_CONFIGS[name]
-    outputs = ["features", "graphs", "padding_mask"] if kwargs.get("coupled") else \
-        ["graphs", "padding_mask"]
+    kwargs = dict(HARNESS_CONFIGS[name])
+    coupled = kwargs.pop("coupled", False)
+    outputs = ["features", "graphs", "padding_mask"] if coupled else ["graphs", "padding_mask"]
     run_layer_test(
-        GraphPredictor,
+        CoupledGraphPredictor if coupled else GraphPredictor,
         dict(vocabulary_size=VOCAB, hidden_dim=D, num_layers=L, num_heads=K, head_dim=H,
              conv_layers=2, kernel_size=3, **kwargs),
         (IDS,), tmp_path=tmp_path,
@@ -397,7 +403,7 @@ def test_fresh_predictor_starts_with_dense_graphs():
     ids[1, 9:] = 0
     layer = GraphPredictor(30, 16, num_layers=2, num_heads=2, conv_layers=1)
     graphs = layer(ids, training=True)["graphs"].numpy()
-    np.testing.assert_array_equal(layer.threshold_bias.numpy(), -1.0)
+    np.testing.assert_array_equal(layer.scorer.threshold_bias.numpy(), -1.0)
     real = ids != 0
     for z in range(2):
         for b in range(4):
@@ -405,10 +411,10 @@ def test_fresh_predictor_starts_with_dense_graphs():
                 side = np.arange(12) < t if z == 0 else np.arange(12) > t
                 if real[b, t] and (side & real[b]).any():
                     assert np.all(graphs[b, z, :, :, t].sum(-1) > 0.999)
-    zero = GraphPredictor(30, 16, num_layers=2, num_heads=2, conv_layers=1, initial_threshold=0.0)
+    zero = graph_predictor(30, 16, num_layers=2, num_heads=2, conv_layers=1, initial_threshold=0.0)
     zero.build((None, None))
-    assert zero.get_config()["initial_threshold"] == 0.0
-    np.testing.assert_array_equal(zero.threshold_bias.numpy(), 0.0)
+    assert zero.get_config()["threshold_initializer"]["config"]["value"] == 0.0
+    np.testing.assert_array_equal(zero.scorer.threshold_bias.numpy(), 0.0)
 
 
 # ---------------------------------------------------------------------------- live rows
@@ -442,7 +448,7 @@ def test_no_live_row_loss_at_inference_or_with_zero_weight(rng):
     assert layer.losses == []
     off = built_predictor(rng)
     off(IDS, training=True)
-    assert off.losses == [] and off.get_config()["live_row_weight"] == 0.0
+    assert off.losses == [] and off.get_config()["live_row_regularizer"] is None
     with pytest.raises(ValueError, match="live_row_weight and live_row_margin must be >= 0"):
         make_predictor(live_row_weight=-1.0)
 
@@ -468,7 +474,7 @@ def test_entmax_alpha_predictor_sits_between_softmax_and_entmax15(rng):
     survives get_config, and an alpha outside (1, 2] is refused when the layer is made."""
     def sources(normalization, **kwargs):
         layer = built_predictor(np.random.default_rng(7), normalization=normalization, **kwargs)
-        for kernel in (layer.query_kernel, layer.key_kernel):  # scores wide enough to cut sources
+        for kernel in (layer.scorer.query_kernel, layer.scorer.key_kernel):  # scores wide enough to cut sources
             kernel.assign(kernel * 20.0)
         graphs = layer(IDS, training=False)["graphs"].numpy()
         return layer, graphs, np.count_nonzero(graphs)
@@ -491,7 +497,7 @@ def test_live_row_loss_revives_graphs_that_a_high_threshold_killed(rng):
 
     from glomo_tf import ops
     layer = built_predictor(rng, threshold="scalar", live_row_weight=1.0, live_row_margin=0.1)
-    layer.threshold_bias.assign(np.full(layer.threshold_bias.shape, 50.0, "float32"))
+    layer.scorer.threshold_bias.assign(np.full(layer.scorer.threshold_bias.shape, 50.0, "float32"))
     outputs = layer(IDS, training=False)
     np.testing.assert_array_equal(outputs["graphs"].numpy(), 0.0)
     np.testing.assert_array_equal(ops.live_rows(outputs["graphs"], outputs["padding_mask"]), 0.0)
@@ -544,15 +550,14 @@ def test_graphs_from_features_is_what_call_computes_after_its_cnns():
     ids = np.array([[3, 4, 5, 6, 0], [7, 8, 9, 0, 0]], "int32")
     expected = predictor(ids)["graphs"].numpy()
     padding = ids != 0
-    stacks = predictor._inference_conv_stacks(
-        predictor.embed(ids), tf.cast(padding, "float32")[:, :, None])
+    stacks = predictor.encoder(predictor.embed(ids), padding)
     keys = tf.stack([stacks[0], stacks[2]], axis=1)
     queries = tf.stack([stacks[1], stacks[3]], axis=1)
     got = predictor.graphs_from_features(queries, keys, padding).numpy()
     np.testing.assert_allclose(got, expected, atol=1e-6)
-    coupled = GraphPredictor(vocabulary_size=20, hidden_dim=8, num_layers=1, num_heads=2,
+    coupled = graph_predictor(vocabulary_size=20, hidden_dim=8, num_layers=1, num_heads=2,
                              coupled=True)
-    with pytest.raises(ValueError, match="coupled=False"):
+    with pytest.raises(ValueError, match="graphs_from_features needs a GraphPredictor"):
         coupled.graphs_from_features(queries, keys, padding)
 
 

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from glomo_tf import GraphPredictor, ops
+from glomo_tf.layers import graph_predictor
 from glomo_tf.layers.graph_predictor import BATCH_NORM_EPSILON, batch_norm_affine
 
 IDS = np.array([[5, 3, 9, 1, 7, 2, 4, 8],
@@ -30,7 +31,7 @@ def predictor(rng, **kwargs):
     config = dict(vocabulary_size=20, hidden_dim=8, num_layers=2, num_heads=2, head_dim=4,
                   conv_layers=2, kernel_size=3)
     config.update(kwargs)
-    layer = GraphPredictor(**config)
+    layer = graph_predictor(**config)
     layer(IDS)
     for weight in layer.trainable_weights:  # away from the initial values, biases included
         weight.assign(weight.numpy() + rng.normal(0, 0.3, weight.shape).astype("float32"))
@@ -51,7 +52,7 @@ def test_inference_cnn_form_matches_the_training_form(kwargs, rng):
     for key in ("graphs", "features") if layer.coupled else ("graphs",):
         np.testing.assert_allclose(inference[key], training[key], **TOLERANCE, err_msg=key)
     # and the statistics were really used: other moving statistics give other graphs
-    layer.bn_mean[0].assign(layer.bn_mean[0] + 1.0)
+    layer.encoder.moving_means[0].assign(layer.encoder.moving_means[0] + 1.0)
     assert np.abs(layer(IDS)["graphs"] - inference["graphs"]).max() > 1e-3
 
 
@@ -68,9 +69,9 @@ def test_coupled_eq1_form_matches_the_batched_form(threshold, normalization, liv
                       live_row_weight=live_row_weight, initial_threshold=0.0)
     features = tf.constant(rng.normal(size=(3, 2, IDS.shape[1], 8)).astype("float32"))
     admissible = ops.admissible_sources(ops.padding_mask_from_ids(IDS))
-    batched = layer._graphs(features, features, admissible, training=True)
+    batched = layer.scorer(features, features, admissible, training=True)
     for index in range(layer.num_layers):
-        single = layer._coupled_layer_graphs(features, index, admissible, training=True)
+        single = layer.scorer.layer_graphs(features, index, admissible, training=True)
         np.testing.assert_allclose(single, batched[:, :, index:index + 1], **TOLERANCE)
     if live_row_weight:
         # The live-row hinge: one loss over every layer, then one per layer (the same rows in
@@ -118,7 +119,7 @@ def test_graphs_with_top_rows_are_calls_graphs_cut_to_the_rows(kwargs, training,
     np.testing.assert_allclose(got["top_rows"], full_top, **TOLERANCE)
     np.testing.assert_array_equal(got["padding_mask"], full["padding_mask"])
     assert np.abs(full_top.numpy()).max() > 0.1  # not a vacuous match of empty rows
-    for kernel in (layer.query_kernel, layer.key_kernel, layer.embeddings):
+    for kernel in (layer.scorer.query_kernel, layer.scorer.key_kernel, layer.embeddings):
         np.testing.assert_allclose(tf.convert_to_tensor(tape.gradient(got_loss, kernel)),
                                    tf.convert_to_tensor(tape.gradient(full_loss, kernel)),
                                    **TOLERANCE)
@@ -135,5 +136,5 @@ def test_graphs_with_top_rows_builds_an_unbuilt_predictor():
 
 def test_graphs_with_top_rows_refuses_a_coupled_predictor(rng):
     layer = predictor(rng, coupled=True)
-    with pytest.raises(ValueError, match="graphs_with_top_rows needs coupled=False"):
+    with pytest.raises(ValueError, match="graphs_with_top_rows needs a GraphPredictor"):
         layer.graphs_with_top_rows(IDS, tf.zeros([2, 3], tf.int32))

@@ -4,6 +4,7 @@ command line and the tuner agree with it."""
 import inspect
 
 from glomo_tf import FeaturePredictor, GlomoPretrainer, GraphPredictor, hparams
+from glomo_tf.layers import graph_predictor
 
 
 def defaults(callable_):
@@ -12,10 +13,23 @@ def defaults(callable_):
 
 
 def test_layer_and_model_signatures_hold_the_hparams_defaults():
+    """The flat settings are the layer's arguments, ``graph_predictor``'s (coupling and
+    composition) and the sub-objects' (the live-row hinge, the threshold initializer)."""
+    from glomo_tf.layers import LiveRowHinge, graph_predictor
+
     predictor = defaults(GraphPredictor.__init__)
-    expected = {k: v for k, v in hparams.GRAPH_PREDICTOR.items() if k != "hidden_dim"}
-    assert {k: predictor[k] for k in expected} == expected
+    flat = {k: v for k, v in hparams.GRAPH_PREDICTOR.items() if k != "hidden_dim"}
+    layer_args = {k: v for k, v in flat.items() if k in predictor}
+    assert {k: predictor[k] for k in layer_args} == layer_args
     assert "hidden_dim" not in predictor  # the one size a user must choose
+    factory = defaults(graph_predictor)
+    assert factory["coupled"] == flat["coupled"] and factory["composition"] == flat["composition"]
+    assert predictor["threshold_initializer"] == flat["initial_threshold"]
+    assert predictor["live_row_regularizer"] is None and flat["live_row_weight"] == 0.0
+    assert defaults(LiveRowHinge.__init__)["margin"] == flat["live_row_margin"]
+    assert set(flat) - set(layer_args) == {"coupled", "composition", "initial_threshold",
+                                          "live_row_weight", "live_row_margin"}
+    assert defaults(GlomoPretrainer.__init__)["composition"] == flat["composition"]
     assert defaults(GlomoPretrainer.from_sizes)["hidden_dim"] == hparams.GRAPH_PREDICTOR[
         "hidden_dim"]
     pretrainer = defaults(GlomoPretrainer.__init__)
@@ -68,8 +82,8 @@ def test_bad_values_are_refused_with_the_choices():
                           ("normalization", hparams.NORMALIZATIONS),
                           ("composition", hparams.COMPOSITIONS)):
         with pytest.raises(ValueError, match=name):
-            GraphPredictor(10, 8, num_heads=2, **{name: "nope"})
+            graph_predictor(10, 8, num_heads=2, **{name: "nope"})
         for choice in choices:
-            GraphPredictor(10, 8, num_heads=2, **{name: choice})
+            graph_predictor(10, 8, num_heads=2, **{name: choice})
     with pytest.raises(ValueError, match=r"--hidden-dim \(10\) must be divisible by --heads"):
         hparams.check_heads_divide(10, 3, ("--hidden-dim", "--heads"))

@@ -214,8 +214,8 @@ def test_mixed_bfloat16_policy():
     for _ in range(2):  # eager steps: the same train_step that fit() runs
         logs = model.train_step(periodic_windows(4))
         assert np.isfinite(float(logs["loss"])) and np.isfinite(float(logs["perplexity"]))
-    assert model.graph_predictor.bn_mean[0].dtype == "float32"
-    assert np.any(model.graph_predictor.bn_mean[0].numpy() != 0)  # statistics were updated
+    assert model.graph_predictor.encoder.moving_means[0].dtype == "float32"
+    assert np.any(model.graph_predictor.encoder.moving_means[0].numpy() != 0)  # statistics were updated
     assert model.graph_predictor.compute_dtype == "bfloat16"
     assert model.graph_predictor.embeddings.dtype == "float32"  # variables stay float32
     out = model(IDS)
@@ -308,7 +308,7 @@ def test_uniform_graph_transfer_baseline(rng):
     model = keras.Model(ids, keras.layers.Dense(2)(pooled))
     before = model(IDS).numpy()
     predictor.embeddings.assign(rng.normal(size=(V, D_MODEL)).astype("float32"))
-    predictor.query_kernel.assign(rng.normal(size=predictor.query_kernel.shape))
+    predictor.scorer.query_kernel.assign(rng.normal(size=predictor.scorer.query_kernel.shape))
     np.testing.assert_array_equal(model(IDS).numpy(), before)
     model.compile(optimizer=keras.optimizers.Adam(1e-2),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -337,10 +337,10 @@ def test_takes_a_built_graph_predictor_and_loads_configs_of_the_sizes_form():
     weights kept); a config of the older form (sizes, no nested predictor) still deserializes."""
     from glomo_tf import GraphPredictor
 
-    predictor = GraphPredictor(V, D_MODEL, num_layers=2, num_heads=2, conv_layers=1,
-                               composition="projected")
+    predictor = GraphPredictor(V, D_MODEL, num_layers=2, num_heads=2, conv_layers=1)
     graphs = predictor(IDS)["graphs"].numpy()
-    model = GlomoPretrainer(predictor, context_length=2, num_positions=None)
+    model = GlomoPretrainer(predictor, context_length=2, num_positions=None,
+                            composition="projected")
     assert model.graph_predictor is predictor
     assert model.feature_predictor.composition == "projected"
     assert model.decoders[0].context_length == 2

@@ -3,9 +3,12 @@
 import keras
 import tensorflow as tf
 
-from glomo_tf import hparams
-from glomo_tf.hparams import NORMALIZATIONS, THRESHOLDS
-from glomo_tf.layers.graph_predictor import BATCH_NORM_EPSILON, GraphPredictor, _check_positive
+import random
+
+from glomo_tf import hparams, ops
+from glomo_tf.layers.conv_encoder import BATCH_NORM_EPSILON
+from glomo_tf.layers.graph_predictor import _check_positive, flat_settings
+from glomo_tf.layers.graph_scorer import GraphScorer
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
 
 D2 = hparams.GRAPH_PREDICTOR_2D
@@ -52,8 +55,8 @@ class GraphPredictor2D(keras.layers.Layer):
     others with mask ``"B"``), batch norm and ReLU, give ``k_s`` and ``q_t``; so the forward
     direction's ``q_t`` and ``k_t`` depend only on pixels before ``t`` in raster order, and the
     backward direction's (the mirrored masks) only on pixels after it. The graphs are then Eq. 1
-    exactly as :class:`~glomo_tf.GraphPredictor` computes them (the same code: its projections,
-    threshold, normalisation and live-row hinge):
+    exactly as :class:`~glomo_tf.GraphPredictor` computes them (the same sub-layer,
+    :class:`~glomo_tf.layers.GraphScorer`: projections, threshold, normalisation, live-row loss):
 
         score[t, s] = (W_q^l q_t)_h . (W_k^l k_s)_h - b
         G[t, s]     = relu(score)^2 / sum_{s'} relu(score[t, s'])^2     over admissible s'
@@ -79,10 +82,12 @@ class GraphPredictor2D(keras.layers.Layer):
             ``entmax_alpha``) or ``"softmax"``.
         entmax_alpha: float in (1, 2], the alpha of ``"entmax"``.
         momentum: float, moving-average momentum of the batch norms.
-        epsilon: float, added to graph row sums.
-        initial_threshold: float, initial threshold bias (see :class:`~glomo_tf.GraphPredictor`).
-        live_row_weight, live_row_margin: the training-only hinge that keeps squared-ReLU rows
-            alive (see :class:`~glomo_tf.GraphPredictor`; 0 = off, the paper's form).
+        kernel_initializer: initializer of the query, key and threshold kernels.
+        threshold_initializer: float or initializer of the threshold bias (see
+            :class:`~glomo_tf.GraphPredictor`).
+        kernel_regularizer: regularizer of the query, key and threshold kernels.
+        live_row_regularizer: a :class:`~glomo_tf.layers.LiveRowHinge` (default None, the
+            paper's form): the training-only loss that keeps squared-ReLU rows alive.
 
     Call arguments:
         images: float ``[batch, H, W, channels]`` (for instance pixel values scaled to
@@ -112,45 +117,28 @@ class GraphPredictor2D(keras.layers.Layer):
                  num_heads=D2["num_heads"], head_dim=D2["head_dim"],
                  conv_layers=D2["conv_layers"], kernel_size=D2["kernel_size"],
                  threshold=D2["threshold"], normalization=D2["normalization"],
-                 entmax_alpha=D2["entmax_alpha"], momentum=0.9,
-                 epsilon=1e-16, initial_threshold=D2["initial_threshold"],
-                 live_row_weight=D2["live_row_weight"], live_row_margin=D2["live_row_margin"],
-                 **kwargs):
+                 entmax_alpha=D2["entmax_alpha"], momentum=0.9, kernel_initializer=None,
+                 threshold_initializer=D2["initial_threshold"], kernel_regularizer=None,
+                 live_row_regularizer=None, **kwargs):
         super().__init__(**kwargs)
         _check_positive(hidden_dim=hidden_dim, num_layers=num_layers, num_heads=num_heads,
                         conv_layers=conv_layers, kernel_size=kernel_size)
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (a centred masked kernel), got "
                              f"{kernel_size}.")
-        if threshold not in THRESHOLDS:
-            raise ValueError(f"threshold must be one of {THRESHOLDS}, got {threshold!r}.")
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(
-                f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
         self.hidden_dim = int(hidden_dim)
-        self.num_layers = int(num_layers)
-        self.num_heads = int(num_heads)
-        self.head_dim = int(head_dim or max(1, hidden_dim // 2))
         self.conv_layers = int(conv_layers)
         self.kernel_size = int(kernel_size)
-        self.threshold = threshold
-        self.normalization = normalization
-        self.entmax_alpha = float(entmax_alpha)
         self.momentum = float(momentum)
-        self.epsilon = float(epsilon)
-        self.initial_threshold = float(initial_threshold)
-        self.live_row_weight = float(live_row_weight)
-        self.live_row_margin = float(live_row_margin)
-        # Eq. 1 is GraphPredictor's: its projections, threshold and normalisation, fed with this
-        # layer's pixel features instead of its own CNN's (it has no convolutions here). Its
-        # one-row embedding table is never read, and is not trained.
-        self.scorer = GraphPredictor(
-            vocabulary_size=1, hidden_dim=self.hidden_dim, num_layers=self.num_layers,
-            num_heads=self.num_heads, head_dim=self.head_dim, conv_layers=0,
-            threshold=threshold, normalization=normalization, entmax_alpha=entmax_alpha,
-            epsilon=epsilon,
-            initial_threshold=initial_threshold, live_row_weight=live_row_weight,
-            live_row_margin=live_row_margin, dtype=self.dtype_policy, name="scorer")
+        # Earlier versions built the scorer as a GraphPredictor, whose (unused) embedding
+        # initializer drew a seed here: drawing it keeps a seeded model's initial weights, and
+        # the recorded image runs, as they were.
+        random.randint(1, int(1e9))
+        self.scorer = GraphScorer(
+            num_layers, num_heads, int(head_dim or max(1, hidden_dim // 2)), threshold,
+            normalization, entmax_alpha, kernel_initializer=kernel_initializer,
+            threshold_initializer=threshold_initializer, kernel_regularizer=kernel_regularizer,
+            live_row_regularizer=live_row_regularizer, dtype=self.dtype_policy, name="scorer")
         self.convs, self.norms = [], []
         for direction, role in _STACKS:
             convs, norms = [], []
@@ -164,6 +152,13 @@ class GraphPredictor2D(keras.layers.Layer):
             self.convs.append(convs)
             self.norms.append(norms)
 
+    num_layers = property(lambda self: self.scorer.num_layers)
+    num_heads = property(lambda self: self.scorer.num_heads)
+    head_dim = property(lambda self: self.scorer.head_dim)
+    threshold = property(lambda self: self.scorer.threshold)
+    normalization = property(lambda self: self.scorer.normalization)
+    entmax_alpha = property(lambda self: self.scorer.entmax_alpha)
+
     def build(self, input_shape):
         if len(input_shape) != 4 or input_shape[-1] is None:
             raise ValueError(f"GraphPredictor2D expects images [batch, H, W, channels] with a "
@@ -174,8 +169,7 @@ class GraphPredictor2D(keras.layers.Layer):
                 conv.build(shape)
                 shape = conv.compute_output_shape(shape)
                 norm.build(shape)
-        self.scorer.build((None, None))
-        self.scorer.embeddings.trainable = False
+        self.scorer.build((None, 2, None, self.hidden_dim))
         self.built = True
 
     def call(self, images, training=False):
@@ -189,7 +183,8 @@ class GraphPredictor2D(keras.layers.Layer):
         keys = tf.stack([stacks[0], stacks[2]], axis=1)  # [B, 2, T, d]
         queries = tf.stack([stacks[1], stacks[3]], axis=1)
         padding_mask = tf.ones(tf.shape(stacks[0])[:2], tf.bool)
-        graphs = self.scorer.graphs_from_features(queries, keys, padding_mask, training)
+        graphs = self.scorer(queries, keys, ops.admissible_sources(padding_mask),
+                             training=training)
         return {"graphs": graphs, "padding_mask": padding_mask}
 
     def _network(self, images, index, training):
@@ -212,6 +207,7 @@ class GraphPredictor2D(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        scorer = self.scorer.get_config()
         config.update({
             "hidden_dim": self.hidden_dim,
             "num_layers": self.num_layers,
@@ -223,10 +219,28 @@ class GraphPredictor2D(keras.layers.Layer):
             "normalization": self.normalization,
             "entmax_alpha": self.entmax_alpha,
             "momentum": self.momentum,
-            "epsilon": self.epsilon,
-            "initial_threshold": self.initial_threshold,
-            "live_row_weight": self.live_row_weight,
-            "live_row_margin": self.live_row_margin,
+            **{key: scorer[key] for key in ("kernel_initializer", "threshold_initializer",
+                                            "kernel_regularizer", "live_row_regularizer")},
         })
+        if self.scorer.epsilon != 1e-16:
+            config["epsilon"] = self.scorer.epsilon
         return config
 
+    @classmethod
+    def from_config(cls, config):
+        """Reads this class's configs and those of earlier versions (with ``epsilon``,
+        ``initial_threshold``, ``live_row_weight`` and ``live_row_margin``)."""
+        config = dict(config)
+        for key in ("kernel_initializer", "threshold_initializer"):
+            if isinstance(config.get(key), dict):
+                config[key] = keras.initializers.deserialize(config[key])
+        for key in ("kernel_regularizer", "live_row_regularizer"):
+            if isinstance(config.get(key), dict):
+                config[key] = keras.regularizers.deserialize(config[key])
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        epsilon = config.pop("epsilon", None)
+        layer = cls(**flat_settings(config))
+        if epsilon is not None:
+            layer.scorer.epsilon = float(epsilon)
+        return layer

@@ -7,10 +7,12 @@ from glomo_tf._keras_private import in_multi_worker_mode
 from glomo_tf.hparams import DIRECTIONS, GRAPH_PREDICTOR, OBJECTIVES, PRETRAINER
 from glomo_tf.layers.context_decoder import ContextDecoder
 from glomo_tf.layers.feature_predictor import FeaturePredictor
-from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.layers.graph_predictor import GraphPredictor, graph_predictor
 
 # GraphPredictor's arguments that GlomoPretrainer.from_sizes passes on.
-PREDICTOR_ARGS = tuple(GRAPH_PREDICTOR) + ("embeddings_initializer", "momentum", "epsilon")
+PREDICTOR_ARGS = tuple(GRAPH_PREDICTOR) + (
+    "embeddings_initializer", "kernel_initializer", "threshold_initializer",
+    "embeddings_regularizer", "kernel_regularizer", "live_row_regularizer", "momentum", "epsilon")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -44,8 +46,8 @@ class GlomoPretrainer(keras.Model):
 
     Args:
         graph_predictor: a :class:`GraphPredictor`, the backbone (as keras-hub's tasks take a
-            backbone). Its width, heads, composition and coupling decide the feature predictor's
-            and the decoders' (a coupled predictor composes its own features).
+            backbone). Its width and heads decide the feature predictor's and the decoders'
+            (a :class:`CoupledGraphPredictor` composes its own features).
         context_length: int, ``D`` units predicted per position (1 = ``-sequence`` ablation).
         decoder_layers: int, GRU layers of each decoder.
         num_positions: int or None, positions sampled per window and step (shared across the batch,
@@ -54,6 +56,8 @@ class GlomoPretrainer(keras.Model):
             ablation: a window-level objective in the style of Skip-thought, where the features of
             the first half of the window, mean-pooled, predict the first units of the second half,
             and symmetrically backward).
+        composition: ``"gru"``, ``"residual"`` or ``"projected"``, the feature predictor's
+            composition (see :class:`FeaturePredictor`; unused with a coupled predictor).
         dropout: float or None, the decoders' dropout; None takes the graph predictor's.
         seed: int or None, seed of the position sampling.
 
@@ -73,7 +77,7 @@ class GlomoPretrainer(keras.Model):
     """
 
     def __init__(self, graph_predictor, context_length=3, decoder_layers=2, num_positions=20,
-                 objective="unit", dropout=None, seed=None, **kwargs):
+                 objective="unit", composition="gru", dropout=None, seed=None, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(graph_predictor, GraphPredictor):
             raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor, got "
@@ -88,11 +92,12 @@ class GlomoPretrainer(keras.Model):
         self.decoder_layers = int(decoder_layers)
         self.num_positions = num_positions
         self.objective = objective
+        self.composition = composition
         self.dropout = dropout
         self.seed = seed
         self.graph_predictor = predictor
         self.feature_predictor = None if predictor.coupled else FeaturePredictor(
-            predictor.hidden_dim, predictor.num_heads, composition=predictor.composition,
+            predictor.hidden_dim, predictor.num_heads, composition=composition,
             dtype=self.dtype_policy, name="feature_predictor")
         decoder_dropout = predictor.dropout if dropout is None else dropout
         self.decoders = [
@@ -116,9 +121,10 @@ class GlomoPretrainer(keras.Model):
         """
         predictor_args = {k: kwargs.pop(k) for k in list(kwargs) if k in PREDICTOR_ARGS}
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in PRETRAINER}
+        own["composition"] = predictor_args.get("composition", GRAPH_PREDICTOR["composition"])
         dtype = kwargs.get("dtype")
-        predictor = GraphPredictor(vocabulary_size, hidden_dim, dtype=dtype,
-                                   name="graph_predictor", **predictor_args)
+        predictor = graph_predictor(vocabulary_size=vocabulary_size, hidden_dim=hidden_dim,
+                                    dtype=dtype, name="graph_predictor", **predictor_args)
         return cls(predictor, seed=seed, **own, **kwargs)
 
     def build(self, input_shape=None):
@@ -241,8 +247,8 @@ class GlomoPretrainer(keras.Model):
         config.update(
             graph_predictor=keras.saving.serialize_keras_object(self.graph_predictor),
             context_length=self.context_length, decoder_layers=self.decoder_layers,
-            num_positions=self.num_positions, objective=self.objective, dropout=self.dropout,
-            seed=self.seed)
+            num_positions=self.num_positions, objective=self.objective,
+            composition=self.composition, dropout=self.dropout, seed=self.seed)
         return config
 
     @classmethod
@@ -250,6 +256,9 @@ class GlomoPretrainer(keras.Model):
         config = dict(config)
         if "graph_predictor" not in config:  # a file saved before the predictor was an argument
             return cls.from_sizes(**config)
+        # Files of earlier versions kept the feature composition in the predictor's config.
+        config.setdefault("composition", config["graph_predictor"].get("config", {}).get(
+            "composition", "gru"))
         config["graph_predictor"] = keras.saving.deserialize_keras_object(
             config["graph_predictor"])
         return cls(**config)

@@ -12,7 +12,9 @@ from glomo_tf.models.pretrainer import Perplexity, replica_loss
 
 P2 = PRETRAINER_2D
 # GraphPredictor2D's arguments that GlomoPretrainer2D.from_sizes passes on.
-PREDICTOR_2D_ARGS = tuple(GRAPH_PREDICTOR_2D) + ("momentum", "epsilon")
+PREDICTOR_2D_ARGS = tuple(GRAPH_PREDICTOR_2D) + (
+    "momentum", "epsilon", "kernel_initializer", "threshold_initializer", "kernel_regularizer",
+    "live_row_regularizer")
 
 
 def pixel_levels(images, levels):
@@ -138,8 +140,9 @@ class GlomoPretrainer2D(keras.Model):
         the predictor's arguments and this class's; ``name`` and ``dtype`` go to the
         pretrainer, whose dtype policy the predictor shares."""
         predictor_args = {k: kwargs.pop(k) for k in list(kwargs) if k in PREDICTOR_2D_ARGS}
-        predictor = GraphPredictor2D(hidden_dim=hidden_dim, dtype=kwargs.get("dtype"),
-                                     name="graph_predictor", **predictor_args)
+        predictor = GraphPredictor2D.from_config(dict(  # reads the flat settings
+            hidden_dim=hidden_dim, dtype=kwargs.get("dtype"), name="graph_predictor",
+            **predictor_args))
         return cls(predictor, seed=seed, **kwargs)
 
     def build(self, input_shape):

@@ -1,0 +1,216 @@
+"""GraphPredictor's sub-layers (CausalConvEncoder, GraphScorer, LiveRowHinge) on their own, and
+the files written before the predictor had sub-layers: they load, and compute what they did.
+
+``tests/data/legacy_layers/`` holds small ``.keras`` files written by the predictor when it was one
+flat layer (every weight its own: ``layers/graph_predictor/vars/0..N``), with the outputs that
+code computed on fixed inputs (``expected.npz``): a decoupled predictor with the live-row loss, a
+coupled one, one with the scalar threshold and entmax15, and a ``GraphPredictor2D`` (whose
+scorer was a one-row ``GraphPredictor``).
+"""
+
+import io
+import json
+import os
+import shutil
+import zipfile
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from glomo_tf import ops
+from glomo_tf.layers import (CausalConvEncoder, CoupledGraphPredictor, GraphPredictor,
+                             GraphPredictor2D, GraphScorer, LiveRowHinge)
+from glomo_tf.saving import load_keras_file, upgrade_keras_file
+from layer_harness import MaskCheck, run_layer_test
+
+LEGACY = os.path.join(os.path.dirname(__file__), "data", "legacy_layers")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B, T, D = 2, 6, 8
+RNG = np.random.default_rng(0)
+FEATURES = RNG.normal(size=(B, T, D)).astype("float32")
+PADDING = np.array([[True] * T, [True] * 4 + [False] * 2])
+
+
+# ---------------------------------------------------------------------------- the sub-layers
+def padded_features(args, kwargs):
+    """Three more padded positions at the end (random features there): real outputs unchanged."""
+    inputs, padding = args
+    extra = np.random.default_rng(1).normal(size=(B, 3, D)).astype("float32")
+    return (np.concatenate([inputs, extra], 1),
+            np.concatenate([padding, np.zeros((B, 3), bool)], 1)), kwargs
+
+
+def real_positions(outputs):
+    return [stack[:, :T] * PADDING[:, :, None] for stack in outputs]
+
+
+@pytest.mark.parametrize("kwargs", [dict(stacks=4, conv_layers=2, kernel_size=3),
+                                    dict(stacks=2, conv_layers=1, kernel_size=2, momentum=0.5)])
+def test_conv_encoder_harness(kwargs, tmp_path):
+    run_layer_test(CausalConvEncoder, kwargs, (FEATURES, PADDING), tmp_path=tmp_path,
+                   input_shapes=[(None, D), (None,)],
+                   bfloat16_dtypes="bfloat16",
+                   mask_check=MaskCheck(perturb=padded_features, real=real_positions))
+
+
+def test_conv_encoder_is_causal_and_anti_causal():
+    """A change at position 3 moves causal stacks at 3 <= t <= 5 only and anti-causal ones at
+    1 <= t <= 3: two layers of width 2 see two steps away."""
+    encoder = CausalConvEncoder(stacks=2, conv_layers=2, kernel_size=2)
+    mask = np.ones((B, T), bool)
+    forward, backward = [s.numpy() for s in encoder(FEATURES, mask)]
+    changed = FEATURES.copy()
+    changed[:, 3] += 1.0
+    forward2, backward2 = [s.numpy() for s in encoder(changed, mask)]
+    moved_fw = np.abs(forward2 - forward).max(axis=(0, 2)) > 0
+    moved_bw = np.abs(backward2 - backward).max(axis=(0, 2)) > 0
+    np.testing.assert_array_equal(moved_fw, (np.arange(T) >= 3) & (np.arange(T) <= 5))
+    np.testing.assert_array_equal(moved_bw, (np.arange(T) >= 1) & (np.arange(T) <= 3))
+
+
+def scorer_inputs():
+    queries = RNG.normal(size=(B, 2, T, D)).astype("float32")
+    keys = RNG.normal(size=(B, 2, T, D)).astype("float32")
+    return queries, keys, ops.admissible_sources(PADDING).numpy()
+
+
+def padded_scores(args, kwargs):
+    queries, keys, _ = args
+    extra = np.random.default_rng(2).normal(size=(B, 2, 3, D)).astype("float32")
+    padding = np.concatenate([PADDING, np.zeros((B, 3), bool)], 1)
+    return (np.concatenate([queries, extra], 2), np.concatenate([keys, extra], 2),
+            ops.admissible_sources(padding).numpy()), kwargs
+
+
+def real_rows(outputs):
+    pairs = PADDING[:, None, None, None, :, None] & PADDING[:, None, None, None, None, :]
+    return outputs[..., :T, :T] * pairs
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(num_layers=2, num_heads=2, head_dim=4),
+    dict(num_layers=1, num_heads=3, head_dim=2, threshold="scalar", normalization="softmax",
+         kernel_regularizer=keras.regularizers.L2(1e-3)),
+    dict(num_layers=2, num_heads=2, head_dim=4, normalization="entmax", entmax_alpha=1.3),
+])
+def test_graph_scorer_harness(kwargs, tmp_path):
+    run_layer_test(GraphScorer, kwargs, scorer_inputs(), tmp_path=tmp_path,
+                   input_shapes=[(2, None, D), (2, None, D), (2, 1, 1, None, None)],
+                   mask_check=MaskCheck(perturb=padded_scores, real=real_rows))
+
+
+def test_live_row_hinge_against_numpy():
+    """weight * mean over rows with a source (finite x) of relu(margin - x)."""
+    x = np.array([[0.5, -0.2, np.inf], [0.05, np.inf, -1.0]], "float32")
+    got = float(LiveRowHinge(0.7, 0.1)(x))
+    finite = x[np.isfinite(x)]
+    np.testing.assert_allclose(got, 0.7 * np.maximum(0.1 - finite, 0).mean(), rtol=1e-6)
+    assert float(LiveRowHinge(1.0)(np.full((2, 2), np.inf, "float32"))) == 0.0
+    with pytest.raises(ValueError, match="must be >= 0"):
+        LiveRowHinge(-1.0)
+
+
+def test_constructor_arguments_within_twelve():
+    """No public layer constructor over 12 arguments besides initialisers and regularisers."""
+    import inspect
+
+    import glomo_tf.layers
+
+    for name in glomo_tf.layers.__all__:
+        cls = getattr(glomo_tf.layers, name)
+        if not (isinstance(cls, type) and issubclass(cls, keras.layers.Layer)):
+            continue
+        args = [p for p in inspect.signature(cls.__init__).parameters
+                if p not in ("self", "kwargs") and not p.endswith(("_initializer", "_regularizer"))]
+        assert len(args) <= 12, f"{name} takes {len(args)} arguments: {args}"
+
+
+# ---------------------------------------------------------------------------- earlier files
+def legacy_weights(path, group):
+    """The arrays of ``group`` (``layers/<name>/vars``) in a .keras file, read with h5py."""
+    with zipfile.ZipFile(path) as archive:
+        with h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as h5:
+            entries = h5[group]
+            return [np.asarray(entries[str(i)]) for i in range(len(entries))]
+
+
+@pytest.mark.parametrize("name", ["decoupled", "coupled", "scalar_entmax", "image"])
+def test_files_of_the_flat_predictor_load_and_compute_as_before(name):
+    expected = np.load(os.path.join(LEGACY, "expected.npz"))
+    model = load_keras_file(os.path.join(LEGACY, f"{name}.keras"))
+    inputs = expected["image/input"] if name == "image" else expected["ids"]
+    outputs = model(inputs)
+    for key, value in outputs.items():
+        np.testing.assert_allclose(np.asarray(value), expected[f"{name}/{key}"], rtol=1e-6,
+                                   atol=1e-7, err_msg=key)
+    layer = model.layers[-1]
+    assert type(layer) is {"coupled": CoupledGraphPredictor,
+                           "image": GraphPredictor2D}.get(name, GraphPredictor)
+    if name != "image":
+        # Each stored array is in the variable the order of earlier versions names.
+        stored = legacy_weights(os.path.join(LEGACY, f"{name}.keras"),
+                                "layers/graph_predictor/vars")
+        order = ([layer.embeddings] + layer.encoder.trainable_weights
+                 + layer.scorer.trainable_weights + layer.encoder.non_trainable_weights)
+        assert len(stored) == len(order)
+        for array, variable in zip(stored, order):
+            np.testing.assert_array_equal(variable.numpy(), array)
+
+
+def test_a_coupled_file_is_upgraded_once_and_then_loads_with_keras(tmp_path):
+    source = os.path.join(LEGACY, "coupled.keras")
+    upgraded = str(tmp_path / "coupled.keras")
+    assert upgrade_keras_file(source, upgraded)
+    model = keras.saving.load_model(upgraded)  # plain Keras, no conversion on the way
+    expected = np.load(os.path.join(LEGACY, "expected.npz"))
+    np.testing.assert_allclose(model(expected["ids"])["features"], expected["coupled/features"],
+                               rtol=1e-6, atol=1e-7)
+    assert not upgrade_keras_file(upgraded, str(tmp_path / "again.keras"))
+    assert not os.path.exists(tmp_path / "again.keras")
+    with zipfile.ZipFile(upgraded) as archive:
+        (layer,) = [entry for entry in json.loads(archive.read("config.json"))["config"]["layers"]
+                    if "GraphPredictor" in entry["class_name"]]
+    assert layer["class_name"] == "CoupledGraphPredictor"
+    assert "coupled" not in layer["config"] and layer["config"]["composition"] == "projected"
+
+
+def test_todays_files_keep_the_sub_layers_weights_apart(tmp_path):
+    """A predictor saved today stores the embeddings as its own and its sub-layers' weights under
+    their attribute names; it loads back with the same outputs."""
+    predictor = CoupledGraphPredictor(16, 8, num_layers=2, num_heads=2, conv_layers=1)
+    inputs = keras.Input((None,), dtype="int32")
+    model = keras.Model(inputs, predictor(inputs))
+    path = str(tmp_path / "today.keras")
+    model.save(path)
+    assert len(legacy_weights(path, "layers/coupled_graph_predictor/vars")) == 1
+    assert len(legacy_weights(path, "layers/coupled_graph_predictor/encoder/vars")) == 5
+    ids = np.array([[3, 4, 5, 0]], "int32")
+    np.testing.assert_array_equal(keras.saving.load_model(path)(ids)["graphs"],
+                                  model(ids)["graphs"])
+
+
+def test_committed_models_and_presets_load():
+    """Every .keras file under examples/outputs and every built-in preset reads."""
+    from glomo_tf.presets import list_presets, load_preset_predictor
+
+    files = [os.path.join(root, f) for root, _, names in os.walk(os.path.join(REPO, "examples"))
+             for f in names if f.endswith(".keras")]
+    assert files
+    for path in files:
+        model = load_keras_file(path)
+        assert model.count_params() > 0
+    for preset in list_presets():
+        predictor = load_preset_predictor(preset)
+        assert isinstance(predictor, GraphPredictor) and predictor.built
+
+
+def test_copy_of_a_legacy_run_directory_loads(tmp_path):
+    """load_graph_predictor reads a run directory's graph_predictor.keras of earlier versions
+    (a coupled one: the file that needs the upgrade)."""
+    from glomo_tf.saving import load_graph_predictor
+
+    shutil.copy(os.path.join(LEGACY, "coupled.keras"), tmp_path / "graph_predictor.keras")
+    predictor = load_graph_predictor(str(tmp_path))
+    assert isinstance(predictor, CoupledGraphPredictor) and predictor.composition == "projected"
