@@ -81,8 +81,9 @@ class GraphPredictor2D(keras.layers.Layer):
         momentum: float, moving-average momentum of the batch norms.
         epsilon: float, added to graph row sums.
         initial_threshold: float, initial threshold bias (see :class:`~glomo_tf.GraphPredictor`).
-        live_row_weight, live_row_margin: the training-only hinge that keeps squared-ReLU rows
+        live_row_weight: the weight of the training-only hinge that keeps squared-ReLU rows
             alive (see :class:`~glomo_tf.GraphPredictor`; 0 = off, the paper's form).
+        live_row_margin: that hinge's margin (see :class:`~glomo_tf.GraphPredictor`).
 
     Call arguments:
         images: float ``[batch, H, W, channels]`` (for instance pixel values scaled to
