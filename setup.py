@@ -25,6 +25,8 @@ EXTRAS = {
     "datasets": ["tensorflow-datasets==4.9.10"],
     # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
     "sklearn": ["scikit-learn>=1.5,<2"],
+    # The API reference (mkdocs.yml, docs/api/): `mkdocs build --strict`, run by tests/test_docs.py.
+    "docs": ["mkdocs>=1.6,<2", "mkdocstrings[python]>=1.0,<2", "mkdocstrings-python>=2.0,<3"],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 

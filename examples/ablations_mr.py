@@ -52,7 +52,7 @@ def label(config):
     return config if config in ("glomo", "uniform") else f"-{config}"
 WIKITEXT2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
                          "data", "wikitext2")
-# The README's WikiText-2 settings, with a shorter default budget (--epochs).
+# The WikiText-2 settings of docs/guides/pretraining.md, with a shorter default budget (--epochs).
 PRETRAIN = ["--vocab-size", "20000", "--window", "64", "--shift", "64", "--hidden-dim", "128",
             "--layers", "2", "--heads", "4", "--conv-layers", "2", "--context-length", "3",
             "--decoder-layers", "1", "--positions", "20", "--optimizer", "adam",

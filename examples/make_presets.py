@@ -3,7 +3,7 @@
     python examples/make_presets.py --books-run runs/books/gru --demo-run glomo-demo
     python examples/make_presets.py --cards-only     # the model cards again, from the JSON
 
-``glomo_books_en`` is the books predictor of "Where the graphs pay" in the README (``glomo
+``glomo_books_en`` is the books predictor of docs/results/where-graphs-pay.md (``glomo
 pretrain`` on two books shards, Penn Treebank and WikiText-2; the predictor every sentence-pair
 transfer there used); ``glomo_planted_demo`` is the predictor ``glomo demo`` trains (its
 ``RUN/preset``). Weights are stored in float16; each preset records the graphs of a few reference
@@ -180,7 +180,8 @@ def model_card(name):
 
 
 def readme_row(name):
-    """The README's presets-table row of the built-in preset ``name``, from its metadata."""
+    """The presets-table row (docs/guides/transfer.md; its model-card link from the repository
+    root) of the built-in preset ``name``, from its metadata."""
     with open(os.path.join(BUILTIN, name, "metadata.json")) as f:
         info = json.load(f)
     perplexity = info.get("validation_perplexity")

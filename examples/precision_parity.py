@@ -1,7 +1,7 @@
 """bfloat16 against float32 at equal steps: WikiText-2 pretraining, then MR transfer, paired.
 
-Pretrains the README's WikiText-2 predictor twice with ``glomo pretrain``, the same seed and
-steps: in float32 (``--jit``, the float32 fast path) and with ``--precision mixed_bfloat16``
+Pretrains the WikiText-2 predictor of docs/guides/pretraining.md twice with ``glomo pretrain``,
+the same seed and steps: in float32 (``--jit``, the float32 fast path) and with ``--precision mixed_bfloat16``
 (a plain ``tf.function``: XLA does not use a CPU's bfloat16 units). Then transfers the float32
 predictor to MR with ``glomo transfer --variants glomo_embeddings`` on the same seeds in each
 precision (the bfloat16 runs compute the frozen predictor in bfloat16 too), and pairs the two
@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ablations_mr import PRETRAIN, WIKITEXT2  # noqa: E402  the README's WikiText-2 settings
+from ablations_mr import PRETRAIN, WIKITEXT2  # noqa: E402  the WikiText-2 settings (docs)
 
 PRECISIONS = ("float32", "mixed_bfloat16")
 TRANSFER = ["--dataset", "mr", "--variants", "glomo_embeddings", "--embedding-dim", "64",

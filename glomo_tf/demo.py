@@ -34,7 +34,7 @@ CORPUS = dict(seq_len=48, deps_per_sequence=6, num_slots=6, num_pairs=8, num_fil
 # feature composition is "projected" (value projection, residual, LayerNorm), not the reference
 # code's GRU on [m * F ; m]: with the GRU the best head finds the right key for about half of the
 # receivers after 12,000 steps, with the projection for 0.99 / 0.98 of them after 2,100
-# (examples/planted_diagnostics.py curve; the README's "What blocked learning" section).
+# (examples/planted_diagnostics.py curve; docs/results/planted.md, "What blocked learning").
 MODEL = dict(hidden_dim=64, num_layers=2, num_heads=4, conv_layers=1, kernel_size=3,
              threshold="scalar", normalization="squared_relu", composition="projected",
              context_length=3, decoder_layers=1, num_positions=None)

@@ -1,10 +1,10 @@
-"""The README's figures about learned structure come from recorded outputs.
+"""The figures of the README and of the docs/ pages come from recorded outputs.
 
-The demo table and the diagnostics table of the README are rebuilt here from
-``examples/outputs/demo.json`` (``glomo demo``'s ``metrics.json``) and
-``examples/outputs/diagnostics/*.json`` (``examples/planted_diagnostics.py``); every rebuilt row
-must appear in the README verbatim, so a re-run that moves a figure fails this test until the
-README is updated with it.
+The demo table of the README, the diagnostics tables of ``docs/results/planted.md`` and the other
+pages' tables and sentences are rebuilt here from ``examples/outputs/*.json`` (``glomo demo``'s
+``metrics.json``, ``examples/planted_diagnostics.py``, ...) and ``benchmarks/outputs/*.json``;
+every rebuilt row must appear verbatim on the page where that text lives (each test names its
+page), so a re-run that moves a figure fails this test until the page is updated with it.
 """
 
 import json
@@ -22,9 +22,10 @@ def load(*parts):
         return json.load(handle)
 
 
-@pytest.fixture(scope="module")
-def readme():
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+def page(name):
+    """The text of one page (``README.md`` or ``docs/...``, relative to the repository root): each
+    test reads the page its figures live on, so a figure cannot move or vanish unnoticed."""
+    with open(os.path.join(REPO, name), encoding="utf-8") as handle:
         return handle.read()
 
 
@@ -99,17 +100,19 @@ CURVES = [("the paper (`gru`, Eq. 1)", "curve_paper_demo.json"),
           ("`projected` + `entmax15`", "curve_projected_entmax15.json")]
 
 
-def test_demo_table_matches_the_recorded_run(readme):
+def test_demo_table_matches_the_recorded_run():
+    doc = page("README.md")
     for row in demo_rows(load("demo.json")):
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
 
 
-def test_diagnostics_tables_match_the_recorded_runs(readme):
+def test_diagnostics_tables_match_the_recorded_runs():
+    doc = page("docs/results/planted.md")
     rows = ([capacity_row(*args) for args in CAPACITY]
             + [value_path_row(*args) for args in VALUE_PATH]
             + [curve_row(*args, CURVE_STEPS) for args in CURVES])
     for row in rows:
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
 
 
 def test_the_recorded_demo_is_the_default_run():
@@ -126,8 +129,9 @@ def test_the_recorded_demo_is_the_default_run():
     assert training["embedding_scale"] == demo.EMBEDDING_SCALE
 
 
-def test_figures_in_the_diagnostics_prose_match_the_recorded_runs(readme):
-    text = " ".join(readme.split())
+def test_figures_in_the_diagnostics_prose_match_the_recorded_runs():
+    doc = page("docs/results/planted.md")
+    text = " ".join(doc.split())
     paper = at_step(load("diagnostics", "curve_paper_demo.json"), 1200)["best_head"]
     assert f"finds the right key for {pair(paper)} of the receivers after the old demo's 1,200" in text
     fast = at_step(load("diagnostics", "curve_projected_lr0.01.json"), 2100)["best_head"]
@@ -161,12 +165,13 @@ def uniform_row(variant="projected"):
             f"{uniform['sources']:.1f} | {uniform['adjacent']:.2f} |")
 
 
-def test_real_text_table_matches_the_recorded_runs(readme):
+def test_real_text_table_matches_the_recorded_runs():
+    doc = page("docs/guides/pretraining.md")
     rows = [real_text_row(*args) for args in REAL_TEXT
             if os.path.exists(os.path.join(OUTPUTS, f"wikitext2_mr_stats_{args[1]}.json"))]
     assert len(rows) >= 2
     for row in rows + [uniform_row()]:
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
 
 
 def transfer_overhead_row(auto, chained):
@@ -183,7 +188,8 @@ def transfer_overhead_row(auto, chained):
             f"+{mc:.1f} ms, {rc:.1f}x (rounds {lc:.1f}-{hc:.1f}x)")
 
 
-def test_transfer_overhead_figures_come_from_the_benchmark_json(readme):
+def test_transfer_overhead_figures_come_from_the_benchmark_json():
+    doc = page("docs/benchmarks.md")
     outputs = os.path.join(REPO, "benchmarks", "outputs")
     results = []
     for name in ("transfer_overhead.json", "transfer_overhead_chained.json"):
@@ -191,7 +197,7 @@ def test_transfer_overhead_figures_come_from_the_benchmark_json(readme):
             results.append(json.load(handle))
     assert [r["config"]["propagation"] for r in results] == ["auto", "chained"]
     assert all(r["config"]["batch"] == 64 and r["config"]["seq"] == 48 for r in results)
-    assert transfer_overhead_row(*results) in readme
+    assert transfer_overhead_row(*results) in doc
 
 
 # ----------------------------------------------------------------------------- Ordered Memory
@@ -267,19 +273,20 @@ def ordered_memory_speed_row(result, mode, label):
     return f"{label} {median[mode]:.1f} ms (rounds {low:.1f}-{high:.1f})"
 
 
-def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
+def test_ordered_memory_figures_come_from_the_recorded_runs():
+    doc = page("docs/guides/related-models.md")
     listops = load("ordered_memory_listops.json")
     logic = load("ordered_memory_logic_full.json")
     assert listops["command"].startswith("python examples/ordered_memory_listops.py")
     for row in ordered_memory_listops_rows(listops) + ordered_memory_logic_rows(logic):
-        assert row in readme, row
+        assert row in doc, row
     released = load("ordered_memory_listops_released.json")
     assert released["command"].startswith("python examples/ordered_memory_listops.py")
     assert released["config"]["scorer"] == "layer_norm"
     assert released["config"]["attention"] == "softmax"
-    flat = " ".join(readme.split())  # prose rows may wrap
+    flat = " ".join(doc.split())  # prose rows may wrap
     for row in ordered_memory_released_rows(released):
-        assert row in readme or " ".join(row.split()) in flat, row
+        assert row in doc or " ".join(row.split()) in flat, row
     logic_released = load("ordered_memory_logic_released.json")
     models = logic_released["models"]
     assert logic_released["config"]["scorer"] == "layer_norm"
@@ -288,7 +295,7 @@ def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
                          "epochs", "ordered_memory"), ("LSTM, the same run", "lstm")):
         accuracy = models[name]["test_accuracy"]
         assert (f"| {label} | " + " | ".join(f"{100 * accuracy[k]:.1f}" for k in operators)
-                + " |") in readme, label
+                + " |") in doc, label
     for text in (f"{logic_released['wall_seconds']:,.0f} s in all on one shared core",
                  f"best validation accuracy is "
                  f"{100 * models['ordered_memory']['best_val_accuracy']:.1f}% (the LSTM's "
@@ -312,7 +319,7 @@ def test_ordered_memory_figures_come_from_the_recorded_runs(readme):
         speed = json.load(handle)
     for mode, label in (("infer", "graph mode"), ("infer_xla", "XLA"),
                         ("train", "training step"), ("train_xla", "training step with XLA")):
-        assert ordered_memory_speed_row(speed, mode, label) in readme
+        assert ordered_memory_speed_row(speed, mode, label) in doc
 
 
 def cache_fill_text(fill):
@@ -325,7 +332,8 @@ def cache_fill_text(fill):
 
 @pytest.mark.parametrize("name", ["transfer_overhead_cache_topk",
                                   "transfer_overhead_cache_topk_bf16"])
-def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme, name):
+def test_graph_cache_step_cost_comes_from_the_benchmark_json(name):
+    doc = page("docs/benchmarks.md")
     with open(os.path.join(REPO, "benchmarks", "outputs", f"{name}.json"),
               encoding="utf-8") as handle:
         result = json.load(handle)
@@ -340,22 +348,24 @@ def test_graph_cache_step_cost_comes_from_the_benchmark_json(readme, name):
                         ("glomo_cached_topk", "cached top-8"), ("glomo_uniform", "uniform graphs")):
         row = (f"{label} +{added[mode]:.1f} ms, {ratio[mode]:.1f}x (rounds "
                f"{spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)")
-        assert row in readme, row
-    assert f"self-attention's +{added['mha']:.1f} ms" in readme
+        assert row in doc, row
+    assert f"self-attention's +{added['mha']:.1f} ms" in doc
     assert result["cache_fill"]["glomo_cached_candidates"]["exact"]
     if name.endswith("topk"):
-        assert cache_fill_text(result["cache_fill"]["glomo_cached_candidates"]) in readme
+        assert cache_fill_text(result["cache_fill"]["glomo_cached_candidates"]) in doc
 
 
-def test_auto_propagation_switch_point_is_the_layers_count(readme):
+def test_auto_propagation_switch_point_is_the_layers_count():
+    doc = page("docs/benchmarks.md")
     from glomo_tf import GraphMixture
 
     mixture = GraphMixture(num_mixtures=2)  # the MR classifier's sizes: d 64, 2 layers x 4 heads
     switch = next(t for t in range(1, 4096) if not mixture.explicit_is_cheaper(t, 64, 2, 4))
-    assert f"switches to the chains at `T = {switch}` at these sizes" in " ".join(readme.split())
+    assert f"switches to the chains at `T = {switch}` at these sizes" in " ".join(doc.split())
 
 
-def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
+def test_larger_configuration_and_top_k_sweep_come_from_their_json():
+    doc = page("docs/benchmarks.md")
     outputs = os.path.join(REPO, "benchmarks", "outputs")
     with open(os.path.join(outputs, "transfer_overhead_cache_topk_large.json"),
               encoding="utf-8") as handle:
@@ -370,7 +380,7 @@ def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
            f"{spread['glomo_cached_candidates'][1]:.1f}x), "
            f"uniform graphs {ratio['glomo_uniform']:.1f}x (rounds {spread['glomo_uniform'][0]:.1f}-"
            f"{spread['glomo_uniform'][1]:.1f}x)")
-    assert row in readme, row
+    assert row in doc, row
     with open(os.path.join(outputs, "sparse_mixture.json"), encoding="utf-8") as handle:
         sweep = json.load(handle)
     lengths = [str(t) for t in sweep["config"]["seq"]]
@@ -378,7 +388,7 @@ def test_larger_configuration_and_top_k_sweep_come_from_their_json(readme):
     top8 = " / ".join(f"{sweep['results']['top_k=8'][t]['ms_median']:.1f}" for t in lengths)
     row = (f"dense {dense} ms, top-8 {top8} ms at T {' / '.join(lengths)} "
            f"({sweep['dense_ms_over_form_ms']['top_k=8'][lengths[-1]]:.2f}x at T {lengths[-1]})")
-    assert row in readme, row
+    assert row in doc, row
 
 
 # ----------------------------------------------------------------------------- entmax15 transfer
@@ -429,30 +439,31 @@ def graph_sources_row(task, name):
             f"{mean(uniform, 'label_information'):.3f} |")
 
 
-def test_entmax15_transfer_and_graph_sources_come_from_their_json(readme):
+def test_entmax15_transfer_and_graph_sources_come_from_their_json():
+    doc = page("docs/results/transfer.md")
     for task, file in ENTMAX_TRANSFER:
         row = entmax_transfer_row(task, file)
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
     # The prose under the table: learned - uniform, and the baseline comparisons it quotes.
     learned = [load(file)["summary"]["paired_with_uniform"][name]
                for _, file in ENTMAX_TRANSFER for name in ("glomo_embeddings", "glomo_rnn")]
     assert all(p["p"] >= 0.05 for p in learned)
     assert sum(p["mean_difference"] < 0 for p in learned) == 5
-    assert "level\nwith the uniform graph on all three tasks" in readme
-    assert "five of the six are\nnegative" in readme
+    assert "level\nwith the uniform graph on all three tasks" in doc
+    assert "five of the six are\nnegative" in doc
     mr = load("mr_entmax15_results.json")["summary"]["paired"]["glomo_embeddings"]
     sst2 = load("sst2_entmax15_results.json")["summary"]["paired"]["uniform"]
     assert (f"GLoMo on the\nembeddings is {-100 * mr['mean_difference']:.2f} points below it, "
             f"p {mr['p']:.2f}; SST-2: the uniform graph {100 * sst2['mean_difference']:+.2f}, "
-            f"p {sst2['p']:.2f};") in readme
+            f"p {sst2['p']:.2f};") in doc
     for task, name in (("MR", "mr"), ("SUBJ", "subj"), ("SST-2", "sst2")):
         row = graph_sources_row(task, name)
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
         # The prose: "`<unk>` and the period are the two most weighted sources of every graph".
         for direction in load(f"graph_sources_{name}.json")["directions"].values():
             for graph in direction["learned"]:
                 assert {w for w, *_ in graph["top_sources"][:2]} == {"<unk>", "."}
-    assert "`<unk>` and the period are the two most\nweighted sources of every graph" in readme
+    assert "`<unk>` and the period are the two most\nweighted sources of every graph" in doc
 
 
 # ----------------------------------------------------------------------------- speed vs the peer
@@ -516,14 +527,15 @@ def transfer_cost_crossovers():
             f"{between(results['function/forward']['explicit_over_chained_ms'])}")
 
 
-def test_speed_figures_come_from_the_benchmark_json(readme):
+def test_speed_figures_come_from_the_benchmark_json():
+    doc = page("docs/benchmarks.md")
     for label, name in PEER_ROWS:
         row = peer_speed_row(label, name)
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
     sentence = transfer_cost_sentence()
-    assert sentence in readme, f"README lacks: {sentence}"
+    assert sentence in doc, f"page lacks: {sentence}"
     crossovers = transfer_cost_crossovers()
-    assert crossovers in " ".join(readme.split()), f"README lacks: {crossovers}"
+    assert crossovers in " ".join(doc.split()), f"page lacks: {crossovers}"
 
 
 # ----------------------------------------------------------------------------- GLoMo on images
@@ -555,15 +567,16 @@ def images_rows():
     return rows
 
 
-def test_images_figures_come_from_the_recorded_run(readme):
+def test_images_figures_come_from_the_recorded_run():
+    doc = page("docs/guides/images.md")
     for row in images_rows():
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
     result = load("glomo_images.json")
     summary = result["digits"]["summary"]
     versus_baseline = summary["paired"]["glomo"]
     versus_uniform = summary["paired_with_uniform"]["glomo"]
     minutes, seconds = divmod(round(result["wall_seconds"]), 60)
-    flat = " ".join(readme.split())
+    flat = " ".join(doc.split())
     for text in (f"({minutes} min {seconds} s on the 2-core machine",
                  f"the learned graphs score {-100 * versus_baseline['mean_difference']:.1f} points "
                  f"below the baseline (p {versus_baseline['p']:.3f}) and "
@@ -583,14 +596,15 @@ def sentence_encoder_figures(name):
     return result, result["table"].splitlines(), sentence, result["comparisons"]
 
 
-def test_sentence_encoder_figures_come_from_the_recorded_run(readme):
+def test_sentence_encoder_figures_come_from_the_recorded_run():
+    doc = page("docs/guides/related-models.md")
     result, table, sentence, comparisons = sentence_encoder_figures(
         "sentence_encoders_long.json")
     assert result["settings"]["steps_per_epoch"] * result["settings"]["epochs"] == 1440
     assert all(run["steps"] == 1440 for run in result["pretraining"].values())
-    flat = " ".join(readme.split())  # prose wraps
+    flat = " ".join(doc.split())  # prose wraps
     for row in table:
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
     assert sentence in flat
     beaten = [encoder for encoder, tasks in comparisons["beats_bow_and_random"].items()
               if any(tasks.values())]
@@ -626,7 +640,8 @@ def test_sentence_encoder_figures_come_from_the_recorded_run(readme):
             f"largest, {max(chosen):g}") in flat
 
 
-def test_sentence_neighbours_come_from_the_recorded_probe(readme):
+def test_sentence_neighbours_come_from_the_recorded_probe():
+    doc = page("docs/guides/related-models.md")
     recorded = load("sentence_neighbours.json")
     first = {}
     for entry in recorded["neighbours"]:
@@ -636,7 +651,7 @@ def test_sentence_neighbours_come_from_the_recorded_probe(readme):
         row = (f"| {query} | {found['QT+SP+G2L']['sentence']} "
                f"({found['QT+SP+G2L']['cosine']:.3f}) | {found['bow']['sentence']} "
                f"({found['bow']['cosine']:.3f}) |")
-        assert row in readme, row
+        assert row in doc, row
 
 
 # ----------------------------------------------------------------------------- precision
@@ -680,10 +695,11 @@ def precision_figures():
     ]
 
 
-def test_precision_figures_come_from_the_recorded_runs(readme):
-    text = " ".join(readme.split())
+def test_precision_figures_come_from_the_recorded_runs():
+    doc = page("docs/guides/precision.md")
+    text = " ".join(doc.split())
     for figure in precision_figures():
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
 
 
 def test_the_recorded_bfloat16_demo_is_the_default_run_in_bfloat16():
@@ -820,7 +836,7 @@ def check_temperature_ladder(listops, text):
             f"(p {half_b['p']:.2f}) and {100 * quarter_b['mean_difference']:+.2f} (p "
             f"{quarter_b['p']:.3f})",
             f"as is, just, the temperature 0.25 below (p {quarter_b['p']:.3f})"]:
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
     assert quarter_b["p"] < 0.05 <= half_b["p"]  # the one temperature the README names
     assert all(p["p"] > 0.5 for p in against_paper)  # "neither measurably above the paper's"
 
@@ -850,19 +866,21 @@ def books_row(label, curve_file, stats_file, epochs):
             f"{sum(g['adjacent'] for g in graphs) / len(graphs):.2f} |")
 
 
-def test_snli_sentence_comes_from_its_json(readme):
+def test_snli_sentence_comes_from_its_json():
+    doc = page("docs/results/where-graphs-pay.md")
     paired = load("snli_results.json")["summary"]["paired"]
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
     figure = (f"after {paired['glomo_rnn']['seeds']} seeds every GLoMo variant is below the plain "
               f"model (`glomo_rnn` {100 * paired['glomo_rnn']['mean_difference']:+.2f} points, "
               f"`glomo_embeddings` {100 * paired['glomo_embeddings']['mean_difference']:+.2f}), "
               f"and so is the uniform graph ({100 * paired['uniform']['mean_difference']:+.2f} "
               f"over {paired['uniform']['seeds']} seeds)")
-    assert figure in text, f"README lacks: {figure}"
+    assert figure in text, f"page lacks: {figure}"
     assert all(p["mean_difference"] < 0 for p in paired.values())  # "every ... is below"
 
 
-def test_where_the_graphs_pay_figures_come_from_their_json(readme):
+def test_where_the_graphs_pay_figures_come_from_their_json():
+    doc = page("docs/results/where-graphs-pay.md")
     listops = load("listops_graphs.json")
     rows = [pay_row("ListOps", listops["transfer"]["summary"]),
             pay_row("SICK", load("sick_results.json")["summary"]),
@@ -898,13 +916,13 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
                       "books_projected_entmax15_curve.json",
                       "books_mr_stats_projected_entmax15.json", 20)]
     for row in rows:
-        assert row in readme, f"README lacks: {row}"
+        assert row in doc, f"page lacks: {row}"
     stats = load("books_mr_stats_gru.json")["uniform"]["forward"][0]
     uniform = (f"| uniform graph | - | - | {stats['entropy']:.2f} (every graph) | 100% | "
                f"{stats['sources']:.1f} | {stats['adjacent']:.2f} |")
-    assert uniform in readme, f"README lacks: {uniform}"
+    assert uniform in doc, f"page lacks: {uniform}"
     curve = load("books_gru_curve.json")["curve"]
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
     first, last = curve[0], curve[-1]
     rates = [row["tokens_per_s"] for row in curve]
     unk = (load("books_mr_stats_gru.json")["predictor"]["unk_share"],
@@ -948,7 +966,7 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"({wins(summary['glomo_rnn'])})",
             f"it prints the seed-0 run's accuracy: {seed0}",
             projected_sentence()]:
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
     assert len(curve) == 20  # "Twenty epochs"
     assert min(row["val_perplexity"] for row in curve[11:]) > 0.98 * twelfth["val_perplexity"]
     top2 = evaluation_paired_top_k(listops)
@@ -982,9 +1000,11 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"transfer as the paper's do ({100 * alpha_summary['mean']:.2f}, "
             f"{100 * alpha_vs_baseline['mean_difference']:+.2f} over the baseline, p "
             f"{alpha_vs_baseline['p']:.2f}"]:
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
     released = load("ordered_memory_listops_released.json")["models"]
-    assert (f"With 40,000 training expressions and 40 epochs (above) it reaches "
+    assert (f"With 40,000 training expressions and 40 epochs ([Ordered Memory]"
+            f"(../guides/related-models.md#ordered-memory-latent-trees-glomo_tforderedmemory)) "
+            f"it reaches "
             f"{100 * released['ordered_memory']['test_accuracy']:.1f}%") in text
     beside = load("ordered_memory_listops_same_files.json")
     data, om = beside["data"], beside["models"]["ordered_memory"]
@@ -999,7 +1019,7 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"(left-branching trees: {beside['branching_f1']['left']:.1f}), and an LSTM "
             f"classifier of its width {100 * beside['models']['lstm']['test_accuracy']:.1f}%",
             f"is {100 * (om['test_accuracy'] - best):.0f} points above the best transferred"]:
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
     sharp = load("listops_graphs_projected_entmax15.json")["agreement"]
     assert sharp["best_head"]["layer"] == 1 and sharp["best_head"]["share"] > max(
         listops["agreement"]["best_head"]["share"], listops["agreement"]["best_offset"]["share"])
@@ -1032,7 +1052,7 @@ def test_where_the_graphs_pay_figures_come_from_their_json(readme):
             f"{100 * entropy:.0f}% of the uniform graph's row entropy, "
             f"{sum(g['sources'] for g in graphs) / len(graphs):.1f} sources per row against "
             f"{uniform['sources']:.1f}"]:
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
 
 
 def test_the_committed_listops_classifier_reproduces_its_recorded_accuracy():
@@ -1054,15 +1074,16 @@ def test_the_committed_listops_classifier_reproduces_its_recorded_accuracy():
     assert scored["accuracy"] == pytest.approx(recorded["accuracy"], abs=1e-4)
 
 
-def test_mrpc_figures_come_from_their_json_and_the_data(readme):
+def test_mrpc_figures_come_from_their_json_and_the_data():
     """The MRPC paragraph: run sizes and times from the recorded runs, the always-"paraphrase"
     answer scored on the same seeded test parts (from the MRPC file), the graphs' statistics."""
+    doc = page("docs/results/where-graphs-pay.md")
     import numpy as np
 
     from glomo_tf.data.pairs import load_mrpc
     from glomo_tf.experiments import pair_splits
 
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
     mrpc = load("mrpc_results.json")
     runs = mrpc["runs"]
     assert mrpc["config"]["seeds"] == list(range(10))
@@ -1089,7 +1110,7 @@ def test_mrpc_figures_come_from_their_json_and_the_data(readme):
             f"({100 * entropy:.0f}% of the uniform graph's row entropy, "
             f"{sum(g['sources'] for g in graphs) / len(graphs):.1f} sources per row against "
             f"{uniform['sources']:.1f}"]:
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
     summary = mrpc["summary"]
     for metric in (summary, summary["metrics"]["f1"]):
         for key in ("paired", "paired_with_uniform"):
@@ -1099,14 +1120,15 @@ def test_mrpc_figures_come_from_their_json_and_the_data(readme):
     best = max(v["mean"] for v in summary["variants"].values())
     assert best - share < 0.015  # "barely above always answering paraphrase"
 
-def test_squad_pilot_figures_come_from_their_json(readme):
+def test_squad_pilot_figures_come_from_their_json():
     """The SQuAD pilot's sentence: scores, questions, seconds and the cost ratio from the recorded
     runs, and the repeated answer it quotes."""
+    doc = page("docs/results/where-graphs-pay.md")
     pilot = load("squad_pilot_results.json")
     assert pilot["config"]["dataset"] == "squad" and pilot["config"]["seeds"] == [0]
     assert pilot["config"]["graph_cache"] is True
     runs = {r["variant"]: r for r in pilot["runs"]}
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
 
     def scores(variant):
         return (f"{100 * runs[variant]['exact_match']:.2f} / "
@@ -1121,15 +1143,16 @@ def test_squad_pilot_figures_come_from_their_json(readme):
             f"{runs['glomo_rnn']['seconds']:,.0f} s (`glomo_rnn`) and "
             f"{runs['uniform']['seconds']:,.0f} s (uniform)",
             f"cost {per_epoch['glomo_rnn'] / per_epoch['baseline']:.1f}x a baseline epoch"]:
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
     assert all(r["epochs_run"] == 4 for r in runs.values())  # "four epochs each"
     shown = [e["predicted"] for e in runs["glomo_rnn"]["examples"][:3]]
     assert shown == ["the curriculum"] * 3 and "(\"the curriculum\")" in text
 
 
-def test_squad_init_embeddings_sentence_comes_from_its_json(readme):
+def test_squad_init_embeddings_sentence_comes_from_its_json():
     """The reader's baseline with the predictor's word vectors against random ones: the same
     seed, settings and width, only ``init_embeddings`` differs."""
+    doc = page("docs/results/where-graphs-pay.md")
     recorded = load("squad_init_embeddings.json")
     init, rand = recorded["predictor_embeddings"], recorded["random_embeddings"]
     differing = {k for k in init["config"] if init["config"][k] != rand["config"].get(k)}
@@ -1138,11 +1161,11 @@ def test_squad_init_embeddings_sentence_comes_from_its_json(readme):
     assert init["config"]["embedding_dim"] == rand["config"]["embedding_dim"] == 128
     (a,), (b,) = init["runs"], rand["runs"]
     assert a["variant"] == b["variant"] == "baseline" and a["seed"] == b["seed"] == 0
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
     figure = (f"baseline reader reaches test exact match / F1 {100 * a['exact_match']:.2f} / "
               f"{100 * a['f1']:.2f}, against {100 * b['exact_match']:.2f} / {100 * b['f1']:.2f} "
               "with random embeddings of the same width")
-    assert figure in text, f"README lacks: {figure}"
+    assert figure in text, f"page lacks: {figure}"
     glomo = recorded["glomo_variants"]
     assert glomo["config"]["init_embeddings"] == "predictor" and glomo["config"]["graph_cache"]
     same = {k for k in init["config"] if init["config"][k] != glomo["config"].get(k)}
@@ -1157,13 +1180,14 @@ def test_squad_init_embeddings_sentence_comes_from_its_json(readme):
             "graph over the baseline)",
             f"the learned graphs add {100 * (g['exact_match'] - u['exact_match']):+.2f} exact "
             f"match and {100 * (g['f1'] - u['f1']):+.2f} F1 over the uniform graph"):
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
     assert g["seed"] == u["seed"] == 0 and g["exact_match"] > u["exact_match"] > a["exact_match"]
 
 
-def test_fused_normalization_sentence_comes_from_the_benchmark_json(readme):
+def test_fused_normalization_sentence_comes_from_the_benchmark_json():
     """The online path's two bfloat16 figures: the default (fused CNNs) and the option that also
     fuses Eq. 1's normalisation, each from its recorded run."""
+    doc = page("docs/benchmarks.md")
     def load_benchmark(name):
         with open(os.path.join(REPO, "benchmarks", "outputs", f"{name}.json"),
                   encoding="utf-8") as handle:
@@ -1173,17 +1197,18 @@ def test_fused_normalization_sentence_comes_from_the_benchmark_json(readme):
     fused = load_benchmark("transfer_overhead_cache_topk_bf16_fused")
     assert fused["config"]["fused_normalization"] and not default["config"]["fused_normalization"]
     spread = fused["ratio_added_over_mha_added_range"]["glomo"]
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
     for figure in (f"online {default['ratio_added_over_mha_added']['glomo']:.1f}x in bfloat16, "
                    "was 3.7x",
                    f"{fused['ratio_added_over_mha_added']['glomo']:.1f}x (rounds "
                    f"{spread[0]:.1f}-{spread[1]:.1f}x; "
                    "`benchmarks/outputs/transfer_overhead_cache_topk_bf16_fused.json`)"):
-        assert figure in text, f"README lacks: {figure}"
+        assert figure in text, f"page lacks: {figure}"
 
 
 
-def test_books_entmax15_sentence_comes_from_its_json(readme):
+def test_books_entmax15_sentence_comes_from_its_json():
+    doc = page("docs/results/where-graphs-pay.md")
     curve = load("books_projected_entmax15_curve.json")
     assert (curve["settings"]["composition"], curve["settings"]["normalization"]) == (
         "projected", "entmax15")
@@ -1197,19 +1222,20 @@ def test_books_entmax15_sentence_comes_from_its_json(readme):
 
     mr, sick = (sources("books_mr_stats_projected_entmax15.json"),
                 sources("books_sick_stats_projected_entmax15.json"))
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
     figure = (f"the predictor ends at validation perplexity {rows[-1]['val_perplexity']:.0f} "
               f"(best {best:.0f}), above both, and its graphs keep about one source per unit "
               f"({mr:.1f} on MR, {sick:.1f} on SICK)")
-    assert figure in text, f"README lacks: {figure}"
+    assert figure in text, f"page lacks: {figure}"
     assert abs(mr - 1) < 0.05 and abs(sick - 1) < 0.05  # "about one source"
     assert best > max(min(r["val_perplexity"] for r in load(n)["curve"])
                       for n in ("books_gru_curve.json", "books_projected_curve.json"))
 
 
-def test_squad_init_seeds_sentence_comes_from_its_json(readme):
+def test_squad_init_seeds_sentence_comes_from_its_json():
     """The SQuAD reader over seeds 0-2: means per variant and the learned graphs' paired margin
     over the uniform graph, seed by seed, recomputed from the runs."""
+    doc = page("docs/results/where-graphs-pay.md")
     recorded = load("squad_init_seeds.json")
     runs = {(r["variant"], r["seed"]): r for part in ("baseline", "glomo_variants")
             for r in recorded[part]["runs"]}
@@ -1222,16 +1248,16 @@ def test_squad_init_seeds_sentence_comes_from_its_json(readme):
     def mean(variant, metric):
         return 100 * sum(runs[variant, s][metric] for s in seeds) / len(seeds)
 
-    text = " ".join(readme.split())
+    text = " ".join(doc.split())
     figure = (f"the GLoMo reader averages test exact match / F1 {mean('glomo_rnn', 'exact_match'):.2f}"
               f" / {mean('glomo_rnn', 'f1'):.2f}, the uniform graph "
               f"{mean('uniform', 'exact_match'):.2f} / {mean('uniform', 'f1'):.2f} and the "
               f"baseline {mean('baseline', 'exact_match'):.2f} / {mean('baseline', 'f1'):.2f}")
-    assert figure in text, f"README lacks: {figure}"
+    assert figure in text, f"page lacks: {figure}"
     margins = [100 * (runs["glomo_rnn", s]["exact_match"] - runs["uniform", s]["exact_match"])
                for s in seeds]
     f1 = [100 * (runs["glomo_rnn", s]["f1"] - runs["uniform", s]["f1"]) for s in seeds]
     assert all(m > 0 for m in margins)
     figure = (f"by {', '.join(f'{m:+.2f}' for m in margins[:-1])} and {margins[-1]:+.2f} exact "
               f"match (mean {sum(margins) / 3:+.2f}; F1 mean {sum(f1) / 3:+.2f})")
-    assert figure in text, f"README lacks: {figure}"
+    assert figure in text, f"page lacks: {figure}"

@@ -304,7 +304,11 @@ class Tokenizer(tf.Module):
                 uses 100k words. With ``subword`` it is the WordPiece vocabulary's target size.
             min_count: int, words seen fewer times are left out (word level) or not used to learn
                 pieces (subword).
-            splitter, lowercase, subword, max_length, max_bytes_per_word: see the class.
+            splitter: see the class.
+            lowercase: see the class.
+            subword: see the class.
+            max_length: see the class.
+            max_bytes_per_word: see the class.
             batch_size: lines split per step while counting.
 
         Subword vocabularies are learned with tensorflow-text's WordPiece learner (the BERT vocab

@@ -57,7 +57,8 @@ class MaskedConv2D(keras.layers.Layer):
         mask_type: ``"A"`` (centre excluded: a network's first layer) or ``"B"``.
         direction: ``"forward"`` or ``"backward"`` (the mirror image).
         use_bias: bool.
-        kernel_initializer, bias_initializer: Keras initializers.
+        kernel_initializer: a Keras initializer.
+        bias_initializer: a Keras initializer.
 
     Call arguments:
         images: ``[batch, H, W, channels]``.

@@ -172,12 +172,19 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             divided by the heads).
         dropout: float, dropout after the embeddings, on the attention output and before the
             output layer.
-        num_mixtures, conditioned, include_products: the transferred graphs' mixtures
-            (see :class:`GlomoTransfer`).
+        num_mixtures: the transferred graphs' mixtures (see :class:`GlomoTransfer`).
+        conditioned: the transferred graphs' mixtures (see :class:`GlomoTransfer`).
+        include_products: the transferred graphs' mixtures (see :class:`GlomoTransfer`).
         transfer_dropout: float, ``GlomoTransfer``'s dropout on its fused input
             ``[H ; M H ...]`` (GLoMo and uniform variants).
-        num_anchors, reconstruct_length, predict_length, aux_weight: the ``shared_private``
-            variant's auxiliary tasks (see :class:`SharedPrivateRNN`); unused otherwise.
+        num_anchors: the ``shared_private`` variant's auxiliary tasks (see
+            :class:`SharedPrivateRNN`); unused otherwise.
+        reconstruct_length: the ``shared_private`` variant's auxiliary tasks (see
+            :class:`SharedPrivateRNN`); unused otherwise.
+        predict_length: the ``shared_private`` variant's auxiliary tasks (see
+            :class:`SharedPrivateRNN`); unused otherwise.
+        aux_weight: the ``shared_private`` variant's auxiliary tasks (see
+            :class:`SharedPrivateRNN`); unused otherwise.
         top_k: None, or the sources per receiving unit the learned graphs keep
             (``GlomoTransfer``'s ``top_k``; GLoMo variants).
         graph_temperature: None, or the temperature the learned graphs are sharpened (below 1)

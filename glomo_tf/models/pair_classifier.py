@@ -125,8 +125,10 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         rnn_units: GRU units per direction (encoder and composition), and the width of the
             composition's projection and of the classifier's hidden layer.
         dropout: after the embeddings, the projection and before both classifier layers.
-        num_mixtures, transfer_dropout, top_k, graph_temperature: the :class:`GlomoTransfer`
-            layers' settings.
+        num_mixtures: the :class:`GlomoTransfer` layers' setting.
+        transfer_dropout: the :class:`GlomoTransfer` layers' setting.
+        top_k: the :class:`GlomoTransfer` layers' setting.
+        graph_temperature: the :class:`GlomoTransfer` layers' setting.
         name: model name; default ``"pair_classifier_<variant>"``.
 
     Returns:

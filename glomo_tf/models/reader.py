@@ -148,8 +148,10 @@ def build_reader(vocabulary_size, variant="baseline", graph_predictor=None, embe
         rnn_units: GRU units per direction (encoder, modelling layers), and the width of the
             attention flow's projection (``2 rnn_units``).
         dropout: after the embeddings and the projection.
-        num_mixtures, transfer_dropout, top_k, graph_temperature: the :class:`GlomoTransfer`
-            layers' settings.
+        num_mixtures: the :class:`GlomoTransfer` layers' setting.
+        transfer_dropout: the :class:`GlomoTransfer` layers' setting.
+        top_k: the :class:`GlomoTransfer` layers' setting.
+        graph_temperature: the :class:`GlomoTransfer` layers' setting.
         passage_graphs: bool (GLoMo variants): the model takes a third input, the predictor's
             dense graphs of the passages ``[batch, 2, L, K, Tp, Tp]`` computed beforehand (a
             :mod:`glomo_tf.data.graph_cache` of the fixed passages), and runs the predictor on

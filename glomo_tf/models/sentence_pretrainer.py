@@ -54,13 +54,17 @@ class SentencePretrainer(keras.Model):
     Args:
         vocabulary_size: int, number of ids (0 is padding).
         mask_token_id: int, the id of ``[MASK]`` (:func:`glomo_tf.data.sentences.mask_id`).
-        embedding_dim, units: the encoders' sizes (each vector has ``2 * units``).
+        embedding_dim: the encoders' embedding size.
+        units: the encoders' GRU size (each vector has ``2 * units``).
         objectives: some of ``("qt", "sp", "g2l")``.
         objectives_per_batch: int or None (all).
         neighbours: ``"next"`` or ``"both"``, Quick Thoughts' targets.
         l2_weight: float, G2L's penalty on the representations.
         cnn_kernel_size: int, width of G2L's convolutions.
-        select_rate, mask_rate, random_rate, shuffle_window: Self Prediction's corruption.
+        select_rate: Self Prediction's corruption.
+        mask_rate: Self Prediction's corruption.
+        random_rate: Self Prediction's corruption.
+        shuffle_window: Self Prediction's corruption.
         graph_predictor: None, or a frozen :class:`GraphPredictor` over the same vocabulary whose
             graphs feed both encoders through :class:`GlomoTransfer` (the target encoder gets
             a copy with the same weights).

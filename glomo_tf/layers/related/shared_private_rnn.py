@@ -200,8 +200,10 @@ class SharedPrivateRNN(keras.layers.Layer):
             states: ``[B, T, units]`` main states; only ``states[..., :shared_units]`` is read.
             aux_targets: int ``[B, T]`` token ids.
             mask: bool ``[B, T]``.
-            anchors, valid: optional ``[B, num_anchors]`` from :func:`sample_anchors`; sampled
+            anchors: optional ``[B, num_anchors]`` from :func:`sample_anchors`; sampled
                 with the layer's seed generator when not given.
+            valid: optional bool ``[B, num_anchors]`` from :func:`sample_anchors`, given with
+                ``anchors``.
         """
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         if anchors is None:
