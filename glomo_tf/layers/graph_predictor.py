@@ -72,7 +72,8 @@ class GraphPredictor(keras.layers.Layer):
             threshold gets no gradient and stays empty: watch the graphs during pretraining
             (``glomo pretrain --probe``, ``glomo extract``), or keep rows alive with
             ``live_row_regularizer``.
-        embeddings_regularizer, kernel_regularizer: regularizers of those weights.
+        embeddings_regularizer: regularizer of the embedding table.
+        kernel_regularizer: regularizer of the convolution, query, key and threshold kernels.
         live_row_regularizer: a :class:`LiveRowHinge` (default None, off): in training, the loss
             ``weight * mean_rows relu(margin - max_s (q_t . k_s - b_t))`` over the rows that have
             an admissible source, added through ``add_loss``. A squared-ReLU row whose scores all
@@ -412,7 +413,15 @@ def graph_predictor(*args, coupled=False, composition="gru", momentum=None, epsi
     flat settings, as the pretraining settings and the configs of earlier versions hold them:
     :func:`flat_settings` reads ``live_row_weight``, ``live_row_margin`` and
     ``initial_threshold``; ``momentum`` is the encoder's batch-norm momentum and ``epsilon`` the
-    scorer's; ``args`` and the other ``kwargs`` are the layer's arguments."""
+    scorer's; ``args`` and the other ``kwargs`` are the layer's arguments.
+
+    Example:
+
+    >>> predictor = graph_predictor(vocabulary_size=50, hidden_dim=8, num_layers=1, num_heads=2,
+    ...                             coupled=True, live_row_weight=0.5)
+    >>> type(predictor).__name__, predictor.scorer.live_row_regularizer.weight
+    ('CoupledGraphPredictor', 0.5)
+    """
     if composition not in COMPOSITIONS:  # checked here too: the settings' feature composition
         raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}.")
     kwargs = flat_settings(kwargs)

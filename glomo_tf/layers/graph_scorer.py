@@ -24,6 +24,13 @@ class LiveRowHinge(keras.regularizers.Regularizer):
     Args:
         weight: float, the loss weight.
         margin: float, how far above the threshold a row's best score must be.
+
+    Example:
+
+    >>> import numpy as np
+    >>> hinge = LiveRowHinge(weight=1.0, margin=0.1)
+    >>> round(float(hinge(np.array([0.5, -0.1, np.inf], "float32"))), 4)  # live, dead, no source
+    0.1
     """
 
     def __init__(self, weight=1.0, margin=0.1):
