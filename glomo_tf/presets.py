@@ -149,6 +149,21 @@ def _check_writable(directory):
                              "empty directory (an existing preset there is replaced).")
 
 
+def _load_weights(model, weights, config):
+    """``model.load_weights(weights)``; a coupled predictor's preset of earlier versions (a
+    ``GraphPredictor`` config with ``coupled``) filed its weights under ``layers/graph_predictor``,
+    today's class under ``layers/coupled_graph_predictor``: read through a renamed copy."""
+    if config.get("class_name") != "GraphPredictor" or not config["config"].get("coupled"):
+        return model.load_weights(weights)
+    import tempfile
+
+    from glomo_tf.saving import rename_weight_groups
+    with tempfile.TemporaryDirectory() as scratch:
+        upgraded = shutil.copy(weights, os.path.join(scratch, WEIGHTS_FILE))
+        rename_weight_groups(upgraded, {"graph_predictor": "coupled_graph_predictor"})
+        return model.load_weights(upgraded)
+
+
 def _weights_model(predictor):
     """The functional wrapper whose weights file holds the predictor's variables."""
     import keras
@@ -264,7 +279,7 @@ def load_preset_predictor(preset, trainable=False, dtype=None):
     weights = _existing(directory, WEIGHTS_FILE)
     model = _weights_model(predictor)
     try:
-        model.load_weights(weights)
+        _load_weights(model, weights, config)
     except Exception as error:
         raise PresetError(f"could not read the weights {weights} ({type(error).__name__}: "
                           f"{_first_line(error)}): the file is damaged or belongs to another "

@@ -53,8 +53,6 @@ def upgrade_keras_file(filepath, output):
     import json
     import zipfile
 
-    import h5py
-
     with zipfile.ZipFile(filepath) as archive:
         config = json.loads(archive.read("config.json"))
         renames, legacy_names, names = {}, {}, {}
@@ -76,11 +74,7 @@ def upgrade_keras_file(filepath, output):
         weights = output + ".weights.h5"
         with open(weights, "wb") as handle:
             handle.write(archive.read("model.weights.h5"))
-        with h5py.File(weights, "r+") as h5:
-            for old in renames:  # through temporary names: a new name may be an old one
-                h5.move(f"layers/{old}", f"layers/{old}.upgrading")
-            for old, new in renames.items():
-                h5.move(f"layers/{old}.upgrading", f"layers/{new}")
+        rename_weight_groups(weights, renames)
         with open(weights, "rb") as handle, zipfile.ZipFile(output, "w") as target:
             upgraded = handle.read()
             for item in archive.infolist():
@@ -89,6 +83,18 @@ def upgrade_keras_file(filepath, output):
                 target.writestr(item, archive.read(item.filename) if data is None else data)
     os.remove(weights)
     return True
+
+
+def rename_weight_groups(path, renames):
+    """Moves the layers ``{old: new}`` of the Keras weights file ``path`` (``layers/old`` ->
+    ``layers/new``), in place."""
+    import h5py
+
+    with h5py.File(path, "r+") as h5:
+        for old in renames:  # through temporary names: a new name may be an old one
+            h5.move(f"layers/{old}", f"layers/{old}.upgrading")
+        for old, new in renames.items():
+            h5.move(f"layers/{old}.upgrading", f"layers/{new}")
 
 
 def _unique(name, used):

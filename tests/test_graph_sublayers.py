@@ -214,3 +214,41 @@ def test_copy_of_a_legacy_run_directory_loads(tmp_path):
     shutil.copy(os.path.join(LEGACY, "coupled.keras"), tmp_path / "graph_predictor.keras")
     predictor = load_graph_predictor(str(tmp_path))
     assert isinstance(predictor, CoupledGraphPredictor) and predictor.composition == "projected"
+
+
+# ---------------------------------------------------------------------------- earlier run directories
+RUNS = os.path.join(os.path.dirname(__file__), "data", "legacy_runs")
+
+
+@pytest.mark.parametrize("name", ["decoupled", "coupled"])
+def test_run_directories_of_the_flat_predictor_load_and_resume(name, tmp_path, capsys):
+    """``glomo pretrain`` run directories written before the predictor had sub-layers (two
+    epochs of ``tests/test_pretrain_cli.py``'s tiny setting; ``coupled``: ``--coupled
+    --composition projected``): their predictor, preset and pretrainer files load with the
+    graphs that code computed, and the run resumes from its checkpoint for a third epoch."""
+    from glomo_tf import load_graph_predictor
+    from glomo_tf.presets import load_preset_predictor
+    from test_pretrain_cli import TINY, glomo_pretrain
+
+    expected = np.load(os.path.join(RUNS, "expected.npz"))
+    ids = expected["ids"]
+    run = str(tmp_path / name)
+    shutil.copytree(os.path.join(RUNS, name), run)
+    for predictor in (load_graph_predictor(run),
+                      load_preset_predictor(os.path.join(run, "preset")),
+                      load_keras_file(os.path.join(run, "pretrainer.keras")).graph_predictor):
+        assert predictor.coupled == (name == "coupled")
+        np.testing.assert_allclose(predictor(ids)["graphs"], expected[f"{name}/graphs"],
+                                   rtol=1e-6, atol=1e-7)
+    extra = ["--coupled", "--composition", "projected"] if name == "coupled" else []
+    corpus = shutil.copy(os.path.join(RUNS, "corpus.txt"), tmp_path / "corpus.txt")
+    with open(os.path.join(run, "config.json")) as handle:
+        settings = json.load(handle)
+    settings["train"] = [str(corpus)]  # where the corpus is now (the settings must match)
+    with open(os.path.join(run, "config.json"), "w") as handle:
+        json.dump(settings, handle)
+    assert glomo_pretrain("--train", str(corpus), "--output-dir", run, "--epochs", "3",
+                          "--verbose", "2", *TINY, *extra) == 0
+    assert "Resuming from" in capsys.readouterr().out
+    with open(os.path.join(run, "metrics.json")) as handle:
+        assert json.load(handle)["steps"] == 69  # 23 steps an epoch, two of them before
