@@ -308,6 +308,7 @@ def run_value_path(args, model_args, training):
     import tensorflow as tf
 
     from glomo_tf.layers import GraphPredictor
+    from glomo_tf.layers.graph_predictor import flat_settings
 
     train, test = corpora(training)
     check_oracle(test)
@@ -324,9 +325,10 @@ def run_value_path(args, model_args, training):
 
     model = pretrainer(train.vocabulary.size, model_args, training, args.seed)
     model.graph_predictor = OracleGraphs(
-        train.vocabulary.size, initial_threshold=training["initial_threshold"],
-        **{k: v for k, v in model_args.items()
-           if k not in ("context_length", "decoder_layers", "num_positions")},
+        train.vocabulary.size, **flat_settings({
+            "initial_threshold": training["initial_threshold"],
+            **{k: v for k, v in model_args.items()
+               if k not in ("context_length", "decoder_layers", "num_positions", "composition")}}),
         name="graph_predictor")
     model.build()
     scale_embeddings(model.graph_predictor, training["embedding_scale"], args.seed)

@@ -94,3 +94,21 @@ def keras_tuner_outside_notebooks():
         return
     if IPython.get_ipython() is None:
         utils.IS_NOTEBOOK = False
+
+
+def run_functional_graph(model, inputs, call_function):
+    """The outputs of the functional ``model``'s graph on ``inputs`` (structured as
+    ``model.input``), each layer called as ``call_function(layer, *args, **kwargs)``: the same
+    layer objects, some of them handed other inputs.
+
+    Why: :class:`glomo_tf.data.graph_cache.GraphFedModel` calls a model's ``GlomoTransfer``
+    layers on ``[features, graphs]`` (graphs as new ``keras.Input`` tensors) instead of
+    ``[features, token_ids]``, in a functional model on ``[ids, graphs]``.
+
+    Private: ``Functional._run_through_graph(inputs, operation_fn, call_fn)``, which
+    ``keras.models.clone_model`` runs. Public replacement: ``clone_model(call_function=...)``
+    runs the same walk but builds the clone on the model's own inputs only, so a layer cannot
+    be handed an input the model does not have; a Keras release that allows that would do.
+    """
+    return model._run_through_graph(inputs, operation_fn=lambda layer: layer,
+                                    call_fn=call_function)

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import glomo_tf
-from glomo_tf import GlomoTransfer, GraphPredictor
+from glomo_tf import GlomoTransfer, GraphMixture, GraphPredictor
 from glomo_tf.layers import graph_predictor
 from layer_harness import MaskCheck, run_layer_test
 
@@ -388,17 +388,24 @@ def test_top_k_graphs_input_form(rng):
     np.testing.assert_array_equal(mask, padding.astype("float32"))
 
 
-@pytest.mark.parametrize("form", ["dense", "top_k"])
+@pytest.mark.parametrize("form", ["dense", "top_k", "packed_candidates"])
 def test_fed_graphs_give_the_online_outputs_and_gradients(rng, form):
-    """Inside ``feeding``, the layer reads the given graphs (computed beforehand, here by a
+    """A GraphFedModel calls the layer on ``[features, graphs]`` (computed beforehand, here by a
     separate predictor call) instead of running the predictor: the NumPy transfer of those graphs,
-    and the online call's gradients for every trainable weight."""
+    and the online call's gradients for every trainable weight, which it shares."""
+    from glomo_tf.data.graph_cache import GraphFedModel
+
     predictor = make_predictor()
     model, embedding, transfer = functional_model(predictor, 6, num_mixtures=2)
     randomize_transfer(transfer, rng)
     graphs = predictor_graphs(predictor)
     indices, weights, kept = numpy_top_k(graphs, T)
-    fed = graphs if form == "dense" else (indices, weights)
+    fed = {"dense": (graphs,), "top_k": (indices, weights),
+           "packed_candidates": ({"packed_candidates": GraphMixture.candidate_matrices(
+               graphs, packed=True)},)}[form]
+    if form != "top_k":
+        kept = graphs  # every source
+    fed_model = GraphFedModel(model)
     target = tf.constant(rng.normal(size=(3, T, 12)), "float32")
 
     def loss_and_grads(feed):
@@ -406,8 +413,8 @@ def test_fed_graphs_give_the_online_outputs_and_gradients(rng, form):
             if feed is None:
                 loss = _objective(model, IDS, target)
             else:
-                with transfer.feeding(feed):
-                    loss = _objective(model, IDS, target)
+                loss = _objective(lambda ids, training: fed_model((ids, *feed), training=training),
+                                  IDS, target)
         return loss, tape.gradient(loss, model.trainable_weights)
 
     calls = []
@@ -421,26 +428,36 @@ def test_fed_graphs_give_the_online_outputs_and_gradients(rng, form):
     finally:
         del predictor.call
     expected = numpy_transfer(embedding.get_weights()[0][IDS], kept, IDS != 0, transfer)
-    with transfer.feeding(fed):
-        np.testing.assert_allclose(model(IDS)[0].numpy(), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fed_model((IDS, *fed))[0].numpy(), expected, rtol=1e-4,
+                               atol=1e-5)
     np.testing.assert_allclose(fed_loss.numpy(), online_loss.numpy(), rtol=1e-5)
     assert len(fed_grads) == len(model.trainable_weights) > 3
+    assert {id(w) for w in fed_model.trainable_weights} == {id(w) for w in
+                                                             model.trainable_weights}
     for a, b in zip(fed_grads, online_grads):
         np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
                                    tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-5)
-    assert transfer._fed_graphs is None  # the block restored the online path
+    with pytest.raises(ValueError, match="built for graphs of the"):
+        fed_model((IDS, indices, weights) if form != "top_k" else (IDS, graphs))
 
 
-def test_feeding_is_refused_for_fine_tuned_and_uniform_layers():
+def test_graphs_are_fed_only_to_frozen_learned_layers_in_their_form():
+    from glomo_tf.data.graph_cache import GraphFedModel
+
+    predictor = make_predictor()
+    tuned, _, _ = functional_model(predictor, fine_tune=True)
     with pytest.raises(ValueError, match="fine_tune=True"):
-        with GlomoTransfer(make_predictor(), fine_tune=True).feeding(None):
-            pass
-    with pytest.raises(ValueError, match="only learned graphs"):
-        with GlomoTransfer(graph_mode="uniform").feeding(None):
-            pass
+        GraphFedModel(tuned)
+    uniform, _, _ = functional_model(None, graph_mode="uniform")
+    with pytest.raises(ValueError, match="no GlomoTransfer layer with learned graphs"):
+        GraphFedModel(uniform)
+    top_k, _, _ = functional_model(predictor, top_k=2)
+    graphs = predictor_graphs(predictor)
+    with pytest.raises(ValueError, match="feed it the top-k form"):
+        GraphFedModel(top_k)((IDS, {"packed_candidates": GraphMixture.candidate_matrices(
+            graphs, packed=True)}))
 
 
-# ---------------------------------------------------------------------- gradients
 def _objective(model, ids, weights):
     out = model(ids, training=True)[0]
     return tf.reduce_sum(out * weights)
@@ -532,6 +549,10 @@ def test_layer_harness(mode, tmp_path, rng):
     run_layer_test(
         GlomoTransfer, init_kwargs, call_args, call_kwargs, tmp_path=tmp_path,
         input_shapes=input_shapes,
+        # Top-k is a discrete choice: where two sources' weights round together in bfloat16 the
+        # k-th swaps, and the outputs move by more than the dense graphs' (up to 0.09 of the
+        # largest output on 1 of 6 weight draws, as before the predictor had sub-layers).
+        bfloat16_rtol=0.15 if mode == "predictor_top_k" else 0.05,
         # Padded positions' outputs are zero and no real position reads a padded one.
         mask_check=MaskCheck(perturb=garbage_features_at_padding, real=lambda outputs: outputs,
                              unmasked=unmasked))
@@ -577,7 +598,8 @@ def test_clear_errors_for_wrong_inputs():
         GlomoTransfer(make_predictor())([h, np.zeros((3, T, 4), "float32")])
     with pytest.raises(ValueError, match="needs a graph_predictor"):
         GlomoTransfer()(IDS)
-    with pytest.raises(ValueError, match=r"\[features, indices, weights\] form takes top-k"):
+    with pytest.raises(ValueError, match=r"second input \(third with top-k graphs\) to be token "
+                                         r"ids \[batch, T\] or graphs: .*got shapes"):
         GlomoTransfer(make_predictor())([h, IDS, IDS])
     with pytest.raises(ValueError, match="list of 4"):
         GlomoTransfer(make_predictor())([h, IDS, IDS, IDS])

@@ -308,10 +308,6 @@ def test_errors(rng):
     tuned.get_layer("glomo_embeddings").fine_tune = True
     with pytest.raises(ValueError, match="fine_tune=True"):
         graph_cache.GraphFedModel(tuned)
-    from glomo_tf import GlomoTransfer
-    with pytest.raises(ValueError, match="feed it the top-k form"):
-        with GlomoTransfer(predictor, top_k=2).feeding({"candidates": None}):
-            pass
     original = predictor.call  # graphs with weight on both sides cannot be packed
     predictor.call = lambda ids, training=False: {
         **original(ids, training=training),

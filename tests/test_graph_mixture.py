@@ -416,7 +416,8 @@ def test_top_k_form_errors():
     mix = GraphMixture()
     features = np.zeros((1, 3, 2), "float32")
     mix.build(features.shape, (1, 2, 1, 1, 3, 2))
-    with pytest.raises(ValueError, match="Top-k graphs must be"):
+    with pytest.raises(ValueError, match=r"expected graphs: .*\(indices, weights\), both "
+                                         r"\[batch, 2, L, K, T, k\].*got shapes \(1, 3, 2\)"):
         mix(features, (np.zeros((1, 3, 2), "int32"), np.zeros((1, 3, 2), "float32")))
 
 

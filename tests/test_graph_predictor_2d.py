@@ -143,9 +143,17 @@ def randomize(predictor, seed=3):
 
 
 def test_defaults_are_hparams():
+    """The flat settings: the layer's arguments, the threshold initializer's value and the
+    live-row hinge's weight (0: none) and margin."""
+    from glomo_tf.layers import LiveRowHinge
+
     params = inspect.signature(GraphPredictor2D.__init__).parameters
-    assert {k: params[k].default for k in hparams.GRAPH_PREDICTOR_2D} == \
-        hparams.GRAPH_PREDICTOR_2D
+    flat = dict(hparams.GRAPH_PREDICTOR_2D)
+    assert params["threshold_initializer"].default == flat.pop("initial_threshold")
+    assert params["live_row_regularizer"].default is None and flat.pop("live_row_weight") == 0
+    assert inspect.signature(LiveRowHinge).parameters["margin"].default == flat.pop(
+        "live_row_margin")
+    assert {k: params[k].default for k in flat} == flat
 
 
 @pytest.mark.parametrize("normalization", ["squared_relu", "softmax"])

@@ -252,3 +252,19 @@ def test_run_directories_of_the_flat_predictor_load_and_resume(name, tmp_path, c
     assert "Resuming from" in capsys.readouterr().out
     with open(os.path.join(run, "metrics.json")) as handle:
         assert json.load(handle)["steps"] == 69  # 23 steps an epoch, two of them before
+
+
+@pytest.mark.parametrize("cls", [GraphPredictor, CoupledGraphPredictor])
+def test_a_frozen_config_freezes_the_sub_layers(cls):
+    """A predictor made with trainable=False (a frozen predictor's config) has no trainable
+    weight in any sub-layer."""
+    predictor = cls(16, 8, num_layers=1, num_heads=2, conv_layers=1, trainable=False)
+    predictor.build((None, None))
+    assert predictor.trainable_weights == [] and len(predictor.weights) > 5
+    clone = GraphPredictor.from_config(predictor.get_config())
+    clone.build((None, None))
+    assert type(clone) is cls and clone.trainable_weights == []
+    image = GraphPredictor2D(hidden_dim=4, num_layers=1, num_heads=2, conv_layers=1,
+                             trainable=False)
+    image.build((None, 3, 3, 1))
+    assert image.trainable_weights == []

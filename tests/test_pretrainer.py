@@ -264,7 +264,8 @@ def test_ablation_builds_and_trains_one_step(name):
     overrides = ABLATIONS[name]
     model = make_model(**overrides)
     # The settings as the model holds them: its own and its graph predictor's.
-    config = {**model.graph_predictor.get_config(), **model.get_config()}
+    config = {**model.graph_predictor.get_config(), **model.get_config(),
+              "coupled": model.graph_predictor.coupled}
     assert all(config[key] == value for key, value in overrides.items())
     model.compile(optimizer=keras.optimizers.Adam(1e-2))
     out = model(IDS)

@@ -139,7 +139,7 @@ def test_glomo_graphs_on_the_embeddings(tmp_path):
     np.testing.assert_allclose(other(ids)["vector"].numpy(), out["vector"].numpy(), atol=1e-6)
     rng = np.random.default_rng(0)
     for w in other.graph_predictor.weights:
-        if w.dtype == "float32":
+        if w.dtype == "float32" and "moving_variance" not in w.path:  # variances stay positive
             w.assign(w.numpy() + rng.normal(0, 0.5, w.shape).astype("float32"))
     assert np.abs(other(ids)["vector"].numpy() - out["vector"].numpy()).max() > 1e-4
     run_layer_test(SentenceEncoder,

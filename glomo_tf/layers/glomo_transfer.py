@@ -1,11 +1,10 @@
 """``GlomoTransfer``: pretrained latent graphs fused into any feature sequence."""
 
-import contextlib
-
 import keras
 import tensorflow as tf
 
 from glomo_tf import hparams, ops
+from glomo_tf.layers.graph_input import GraphInput
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
 
@@ -61,7 +60,9 @@ class GlomoTransfer(keras.layers.Layer):
     Call arguments:
         inputs: one of
             * ``[features, token_ids]``: ``H`` ``[batch, T, d]`` and int ids ``[batch, T]``;
-            * ``[features, graphs]``: ``H`` and precomputed graphs ``[batch, 2, L, K, T, T]``;
+            * ``[features, graphs]``: ``H`` and precomputed graphs, ``[batch, 2, L, K, T, T]`` or
+              their candidate matrices ``{"candidates": ...}`` / ``{"packed_candidates": ...}``
+              (:class:`~glomo_tf.layers.GraphInput`);
             * ``[features, indices, weights]``: ``H`` and precomputed graphs in the compact top-k
               form, both ``[batch, 2, L, K, T, k]`` (what :mod:`glomo_tf.data.graph_cache`
               computes once per sentence for a frozen predictor);
@@ -71,10 +72,10 @@ class GlomoTransfer(keras.layers.Layer):
         mask: optional padding mask of ``H``; by default taken from ``token_ids != 0``.
 
     Graphs computed once: a frozen predictor's graphs depend only on the token ids, so a
-    downstream ``fit`` need not recompute them every epoch. Inside ``with layer.feeding(graphs):``
-    a call on ``[features, token_ids]`` uses ``graphs`` (dense, or the top-k pair) instead of
-    running the predictor; :class:`glomo_tf.data.graph_cache.GraphFedModel` uses it to train a model
-    built on token ids from cached graphs (``fine_tune=True`` keeps the online path).
+    downstream ``fit`` need not recompute them every epoch:
+    :class:`glomo_tf.data.graph_cache.GraphFedModel` trains a model built on token ids from
+    cached graphs, by calling its layers with ``[features, graphs]`` (``fine_tune=True`` keeps
+    the online path).
 
     Returns:
         ``[batch, T, d + units]``, masked like the tokens.
@@ -125,7 +126,6 @@ class GlomoTransfer(keras.layers.Layer):
         self.top_k = None if top_k is None else int(top_k)
         self.graph_temperature = hparams.check_graph_temperature(graph_temperature)
         self.fused_normalization = bool(fused_normalization)
-        object.__setattr__(self, "_fed_graphs", None)
         self.mixture = GraphMixture(num_mixtures, conditioned, include_products, graph_mode,
                                     propagation=propagation, dtype=self.dtype_policy,
                                     name="mixture")
@@ -134,34 +134,32 @@ class GlomoTransfer(keras.layers.Layer):
 
     # ------------------------------------------------------------------ inputs
     def _split_inputs(self, inputs):
-        """Returns ``(features, token_ids, graphs)``; exactly one of the last two may be None."""
-        if isinstance(inputs, (list, tuple)):
-            if len(inputs) == 3:
-                features, indices, weights = inputs
-                _check_top_k_shapes(indices.shape, weights.shape)
-                return features, None, (indices, weights)
-            if len(inputs) != 2:
+        """Returns ``(features, token_ids, graphs)``, ``graphs`` a :class:`GraphInput`; exactly
+        one of the last two is None. Works on shapes too (``build``)."""
+        if not isinstance(inputs, (list, tuple)) or not isinstance(inputs[0], (list, tuple)) \
+                and not hasattr(inputs[0], "shape"):
+            shape = _shape(inputs)
+            if len(shape) != 2:
                 raise ValueError(
-                    "GlomoTransfer takes [features, token_ids], [features, graphs], "
-                    "[features, indices, weights] or token_ids; "
-                    f"got a list of {len(inputs)} tensors.")
-            features, second = inputs
-            rank = len(second.shape)
-            if rank == 2:
-                return features, second, None
-            if rank == 6:
-                return features, None, second
+                    "A single input to GlomoTransfer must be token ids [batch, T] (features are "
+                    f"then the predictor's embeddings); got shape {shape}. Pass "
+                    "[features, token_ids] to transfer graphs onto your own features.")
+            if self.graph_predictor is None:
+                raise ValueError("GlomoTransfer called on token ids alone needs a "
+                                 "graph_predictor.")
+            return None, inputs, None
+        if len(inputs) not in (2, 3):
             raise ValueError(
-                "The second input of GlomoTransfer must be token ids [batch, T] or graphs "
-                f"[batch, 2, L, K, T, T]; got a tensor of shape {tuple(second.shape)}.")
-        if len(inputs.shape) != 2:
-            raise ValueError(
-                "A single input to GlomoTransfer must be token ids [batch, T] (features are then "
-                f"the predictor's embeddings); got shape {tuple(inputs.shape)}. Pass "
-                "[features, token_ids] to transfer graphs onto your own features.")
-        if self.graph_predictor is None:
-            raise ValueError("GlomoTransfer called on token ids alone needs a graph_predictor.")
-        return None, inputs, None
+                "GlomoTransfer takes [features, token_ids], [features, graphs], "
+                "[features, indices, weights] or token_ids; "
+                f"got a list of {len(inputs)} tensors.")
+        features, *rest = inputs
+        if len(rest) == 1 and not isinstance(rest[0], dict) and len(_shape(rest[0])) == 2:
+            return features, rest[0], None
+        return features, None, GraphInput.parse(
+            rest[0] if len(rest) == 1 else tuple(rest),
+            expected="GlomoTransfer's second input (third with top-k graphs) to be token ids "
+                     "[batch, T] or graphs")
 
     @classmethod
     def from_preset(cls, preset, dtype=None, fine_tune=False, **kwargs):
@@ -177,26 +175,11 @@ class GlomoTransfer(keras.layers.Layer):
         return cls(graph_predictor=predictor, fine_tune=fine_tune, **kwargs)
 
     def build(self, input_shape):
-        if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
-            if len(input_shape) not in (2, 3):
-                raise ValueError(
-                    "GlomoTransfer takes [features, token_ids], [features, graphs], "
-                    "[features, indices, weights] or token_ids; "
-                    f"got a list of {len(input_shape)} tensors.")
-            features_shape, second_shape = input_shape[:2]
-            if len(input_shape) == 3:
-                _check_top_k_shapes(input_shape[1], input_shape[2])
-                graphs_shape = (tuple(input_shape[1]), tuple(input_shape[2]))
-            elif len(second_shape) == 6:
-                graphs_shape = tuple(second_shape)
-            else:
-                graphs_shape = self._predictor_graphs_shape(second_shape)
-        else:
-            if self.graph_predictor is None:
-                raise ValueError(
-                    "GlomoTransfer called on token ids alone needs a graph_predictor.")
-            graphs_shape = self._predictor_graphs_shape(input_shape)
-            features_shape = (input_shape[0], input_shape[1], self.graph_predictor.hidden_dim)
+        features_shape, ids_shape, graphs_shape = self._split_inputs(input_shape)
+        if ids_shape is not None:
+            graphs_shape = self._predictor_graphs_shape(ids_shape)
+        if features_shape is None:
+            features_shape = (ids_shape[0], ids_shape[1], self.graph_predictor.hidden_dim)
         if self.graph_mode == "learned" and graphs_shape is None:
             raise ValueError(
                 "GlomoTransfer in 'learned' graph mode needs a graph_predictor or graphs as input.")
@@ -230,9 +213,12 @@ class GlomoTransfer(keras.layers.Layer):
             padding_mask = mask[0]
         if features is None:
             features = tf.stop_gradient(self.graph_predictor.embed(token_ids))
-        if self.graph_mode == "learned" and graphs is None and self._fed_graphs is not None:
-            graphs = self._fed_graphs
-        elif self.graph_mode == "learned" and graphs is None:
+        if graphs is not None and graphs.form.endswith("candidates") and self.top_k is not None:
+            raise ValueError(
+                f"{self.name} keeps the top {self.top_k} sources of each unit (top_k): feed it "
+                "the top-k form (graph_cache.compute_graphs(..., top_k=...)), not dense "
+                "candidate matrices.")
+        if self.graph_mode == "learned" and graphs is None:
             if self.graph_predictor is None:
                 raise ValueError("GlomoTransfer needs a graph_predictor to turn token ids into "
                                  "graphs, or graphs as its second input.")
@@ -242,14 +228,16 @@ class GlomoTransfer(keras.layers.Layer):
                 fused_normalization=self.fused_normalization or None)["graphs"]
             if not self.fine_tune:
                 graphs = tf.stop_gradient(graphs)
-        dense = graphs is not None and not isinstance(graphs, (list, tuple, dict))
-        if dense and self.graph_temperature is not None:
-            graphs = ops.sharpen_graphs(graphs, self.graph_temperature)
-        if dense and self.top_k is not None:
-            graphs = ops.top_k_sources(graphs, self.top_k)
+            graphs = GraphInput("dense", (graphs,))
+        if graphs is not None and graphs.form == "dense":
+            dense = graphs.parts[0]
+            if self.graph_temperature is not None:
+                dense = ops.sharpen_graphs(dense, self.graph_temperature)
+            graphs = (GraphInput("dense", (dense,)) if self.top_k is None
+                      else GraphInput("top_k", ops.top_k_sources(dense, self.top_k)))
         features = tf.cast(features, self.compute_dtype)
         # [B, T, 2, mixtures, d], the mixtures' scales left to the fusion kernel (_gated)
-        mixed = self.mixture(features, graphs, padding_mask, scaled=False)
+        mixed = self.mixture(features, graphs=graphs, padding_mask=padding_mask, scaled=False)
         shape = tf.shape(features)
         mixed = tf.reshape(mixed, [shape[0], shape[1], 2 * self.num_mixtures * self._features_dim])
         fused = self.fusion_dropout(tf.concat([features, mixed], axis=-1), training=training)
@@ -278,31 +266,6 @@ class GlomoTransfer(keras.layers.Layer):
         value, gate = tf.split(both, 2, axis=-1)
         return tf.reshape(value * tf.sigmoid(gate), tf.concat([shape[:-1], [self._units]], 0))
 
-    @contextlib.contextmanager
-    def feeding(self, graphs):
-        """Within the block, calls on ``[features, token_ids]`` use ``graphs`` instead of the
-        predictor's: ``[batch, 2, L, K, T, T]``, their candidate matrices formed beforehand
-        (``{"candidates": [batch, 2, T, C, T]}`` or ``{"packed_candidates": [batch, T, C, T]}``,
-        see :class:`GraphMixture`) or the top-k pair ``(indices, weights)``, computed for the
-        same token ids (by :mod:`glomo_tf.data.graph_cache`). Frozen predictors only."""
-        if self.fine_tune:
-            raise ValueError(
-                f"{self.name} fine-tunes its graph predictor (fine_tune=True), so its graphs "
-                "change every step and cannot be fed from a cache; use the online path.")
-        if self.graph_mode != "learned":
-            raise ValueError(f"{self.name} uses {self.graph_mode} graphs; only learned graphs "
-                             "can be fed.")
-        if isinstance(graphs, dict) and self.top_k is not None:
-            raise ValueError(
-                f"{self.name} keeps the top {self.top_k} sources of each unit (top_k): feed it "
-                "the top-k form (graph_cache.compute_graphs(..., top_k=...)), not dense "
-                "candidate matrices.")
-        object.__setattr__(self, "_fed_graphs", graphs)
-        try:
-            yield self
-        finally:
-            object.__setattr__(self, "_fed_graphs", None)
-
     def compute_mask(self, inputs, mask=None):
         features, token_ids, _ = self._split_inputs(inputs)
         if token_ids is not None:
@@ -312,10 +275,9 @@ class GlomoTransfer(keras.layers.Layer):
         return mask
 
     def compute_output_shape(self, input_shape):
-        if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
-            features_shape = input_shape[0]
-        else:
-            features_shape = (input_shape[0], input_shape[1], self.graph_predictor.hidden_dim)
+        features_shape, ids_shape, _ = self._split_inputs(input_shape)
+        if features_shape is None:
+            features_shape = (ids_shape[0], ids_shape[1], self.graph_predictor.hidden_dim)
         d = features_shape[-1]
         units = self.units or d * max(1, self.num_mixtures // 2)
         return (features_shape[0], features_shape[1], d + units)
@@ -340,9 +302,6 @@ class GlomoTransfer(keras.layers.Layer):
         return config
 
 
-def _check_top_k_shapes(indices_shape, weights_shape):
-    if len(indices_shape) != 6 or len(weights_shape) != 6:
-        raise ValueError(
-            "GlomoTransfer's [features, indices, weights] form takes top-k graphs "
-            "[batch, 2, L, K, T, k] (glomo_tf.ops.top_k_sources); got shapes "
-            f"{tuple(indices_shape)} and {tuple(weights_shape)}.")
+def _shape(value):
+    """A tensor's shape, or a shape itself, as a tuple."""
+    return tuple(value.shape) if hasattr(value, "shape") else tuple(value)

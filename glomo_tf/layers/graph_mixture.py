@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from glomo_tf import ops
+from glomo_tf.layers.graph_input import GraphInput
 
 GRAPH_MODES = ("learned", "uniform")
 PROPAGATIONS = ("auto", "chained", "explicit")
@@ -12,6 +13,85 @@ PROPAGATIONS = ("auto", "chained", "explicit")
 # holds below (benchmarks/sparse_mixture.py: with k = 8 the gather path catches up with the dense
 # one at about T = 512 on a CPU core, forward and backward).
 GATHER_MIN_RATIO = 64
+
+
+def candidate_matrices(graphs, include_products=True, packed=False):
+    """The distinct candidates of dense ``graphs [B, 2, L, K, T, T]`` as matrices, rows
+    first: ``[B, 2, T, C, T]``, the heads of every layer then (``include_products``) the
+    hierarchical products ``Lambda^2..Lambda^L`` (:func:`glomo_tf.ops.hierarchical_products`;
+    ``Lambda^1`` is the first layer's heads, not repeated), ``C`` =
+    :meth:`distinct_candidates`; fed as ``{"candidates": ...}``.
+
+    ``packed=True``: both directions in one matrix per candidate, ``[B, T, C, T]``, the
+    forward one below the diagonal and the backward one above, as they hold no weight
+    elsewhere (forward sources ``s < t``, backward ``s > t``: the products keep it); fed as
+    ``{"packed_candidates": ...}``, half the memory, mixed by one product per unit. For
+    graphs that keep those sides (a :class:`~glomo_tf.GraphPredictor`'s): others raise
+    ``ValueError`` (``InvalidArgumentError`` inside a ``tf.function``)."""
+    graphs = tf.convert_to_tensor(graphs)
+    if not packed:
+        return _rows_first(_candidate_groups(graphs, include_products))
+    kept = _directions_kept(graphs)
+    message = ("Packed candidates need graphs with no weight on the other side of the "
+               "diagonal (forward sources s < t, backward s > t, as a GraphPredictor's); "
+               "these graphs have some: use packed=False.")
+    if tf.executing_eagerly():
+        if not bool(kept):
+            raise ValueError(message)
+    else:
+        with tf.control_dependencies([tf.debugging.Assert(kept, [message])]):
+            graphs = tf.identity(graphs)
+    stacked = _stacked(_candidate_groups(graphs, include_products))  # [B, 2, C, T, X]
+    return tf.transpose(stacked[:, 0] + stacked[:, 1], [0, 2, 1, 3])
+
+
+def _fold(weights, layers, heads):
+    """Mixture weights ``[..., 2 L K]`` onto the distinct candidates ``[..., (2 L - 1) K]``
+    (:meth:`distinct_candidates`): each head of the first layer takes its own weight plus
+    that of ``Lambda^1``, its duplicate."""
+    # A 0/1 [2 L K, (2 L - 1) K] product: slices and their sum would cost a zero-filled
+    # gradient of the whole weights per slice.
+    fold = np.eye(2 * layers * heads, dtype=weights.dtype.as_numpy_dtype)
+    fold[:, :heads] += fold[:, layers * heads:(layers + 1) * heads]
+    fold = np.delete(fold, np.s_[layers * heads:(layers + 1) * heads], axis=1)
+    shape = tf.shape(weights)
+    folded = tf.matmul(tf.reshape(weights, [-1, fold.shape[0]]), fold)
+    return tf.reshape(folded, tf.concat([shape[:-1], [fold.shape[1]]], 0))
+
+
+def _mix_rows_first(stacked, weights, conditioned):
+    """Candidates laid out ``[B, 2, T, C, X]`` mixed with ``weights``: ``[B, 2, T, m, X]``."""
+    if conditioned:
+        weights = tf.transpose(weights, [0, 2, 1, 3, 4])  # [B, 2, T, m, C]
+    else:
+        weights = weights[None, :, None]  # [1, 2, 1, m, C], broadcast by the product
+    return tf.matmul(weights, stacked)
+
+
+def _mix_packed(packed, weights, conditioned):
+    """Packed candidates ``[B, T, C, S]`` (:meth:`candidate_matrices` with ``packed=True``)
+    mixed with ``weights``: ``[B, T, 2, mixtures, S]``, each direction's mixtures cut to its
+    side of the diagonal. One ``[2 m, C] @ [C, S]`` product per receiving unit reads both
+    directions' candidates at once, half the data of the unpacked form."""
+    shape = tf.shape(packed)
+    m = weights.shape[-2]
+    if conditioned:  # [B, T, 2, m, C]
+        weights = tf.reshape(weights, [shape[0], shape[1], 2 * m, shape[2]])
+    else:  # [2, m, C], broadcast by the product
+        weights = tf.reshape(weights, [1, 1, 2 * m, shape[2]])
+    mixed = tf.reshape(tf.matmul(weights, packed), [shape[0], shape[1], 2, m, shape[3]])
+    sides = tf.transpose(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
+    return mixed * sides[None, :, :, None, :]
+
+
+def _apply_mixed(mixed, features):
+    """``M H`` of the mixed graphs ``[B, X, Y, m, S]`` (``[B, 2, T, ...]``, or ``[B, T, 2,
+    ...]`` when packed): ``[B, X, Y, m, d]`` in the same layout (unscaled)."""
+    shape = tf.shape(mixed)
+    # One [2 T m, S] @ [S, d] product per example (an einsum over the same axes is lowered to
+    # several times slower transposes and small products on a CPU).
+    out = tf.matmul(tf.reshape(mixed, [shape[0], -1, shape[4]]), features)
+    return tf.reshape(out, tf.concat([shape[:4], tf.shape(features)[-1:]], 0))
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -67,10 +147,10 @@ class GraphMixture(keras.layers.Layer):
 
     Call arguments:
         features: ``H``, ``[batch, T, d]``.
-        graphs: ``[batch, 2, L, K, T, T]``; the top-k form ``(indices, weights)``, both
-            ``[batch, 2, L, K, T, k]``; ``{"candidates": [batch, 2, T, C, T]}`` or
-            ``{"packed_candidates": [batch, T, C, T]}`` (ignored in uniform mode, may be None
-            there).
+        graphs: in any form of :class:`~glomo_tf.layers.GraphInput`: ``[batch, 2, L, K, T, T]``;
+            the top-k form ``(indices, weights)``, both ``[batch, 2, L, K, T, k]``;
+            ``{"candidates": [batch, 2, T, C, T]}`` or ``{"packed_candidates": [batch, T, C,
+            T]}`` (ignored in uniform mode, may be None there).
         padding_mask: bool ``[batch, T]``; needed in uniform mode, optional otherwise.
 
     Returns:
@@ -128,14 +208,11 @@ class GraphMixture(keras.layers.Layer):
         if self.graph_mode == "learned":
             if graphs_shape is None:
                 raise ValueError("A learned GraphMixture needs the graphs' shape to build.")
-            if _is_top_k(graphs_shape):
-                graphs_shape = graphs_shape[0]
-            if isinstance(graphs_shape, dict):
-                self._candidates = _candidates_form(graphs_shape)[2]
-                self._layers_heads = None  # given candidates only: no duplicates known to fold
-            else:
-                self._candidates = self.num_candidates(graphs_shape[2], graphs_shape[3])
-                self._layers_heads = (graphs_shape[2], graphs_shape[3])
+            graphs = GraphInput.parse(graphs_shape)
+            # Given candidates only: no duplicates known to fold (_layers_heads None).
+            self._layers_heads = graphs.layers_heads
+            self._candidates = (graphs.candidates if self._layers_heads is None
+                                else self.num_candidates(*self._layers_heads))
             if self.conditioned:
                 self.weight_kernel = self.add_weight(
                     name="weight_kernel", shape=(d, 2, self.num_mixtures, self._candidates),
@@ -179,107 +256,53 @@ class GraphMixture(keras.layers.Layer):
             return mixed * scale[None, None, :, :, None]
         if graphs is None:
             raise ValueError("A learned GraphMixture needs graphs [batch, 2, L, K, T, T].")
+        graphs = GraphInput.parse(graphs)
         weights = tf.cast(self.mixture_weights(features), self.compute_dtype)
-        if _is_top_k(graphs):
-            mixed = self._from_top_k(features, graphs, weights)
-        elif isinstance(graphs, dict):
-            mixed = self._from_given(features, graphs, weights)
+        if graphs.form == "dense":
+            mixed = self._dense(features, graphs.parts[0], weights)
+        elif graphs.form == "top_k":
+            mixed = self._from_top_k(features, graphs.parts, weights)
         else:
-            mixed = self._dense(features, graphs, weights)
+            packed, mixed = self._mix_given(graphs, weights)
+            mixed = _apply_mixed(mixed, features)
+            if not packed:  # packed: units first already
+                mixed = tf.transpose(mixed, [0, 2, 1, 3, 4])
         return mixed * scale[None, None, :, :, None] if scaled else mixed
-
-    def _from_given(self, features, graphs, weights):
-        """``M H`` (unscaled, ``[B, T, 2, mixtures, d]``) of given candidate matrices."""
-        packed, mixed = self._mix_given(graphs, weights)
-        out = self._apply_mixed(mixed, features)
-        return out if packed else tf.transpose(out, [0, 2, 1, 3, 4])  # packed: units first
 
     def _mix_given(self, graphs, weights):
         """``(packed, mixed)``: the unscaled mixed graphs of given candidate matrices, the
         distinct ones (:meth:`candidate_matrices`) or all ``C`` of the mixture weights:
         ``[B, 2, T, mixtures, T]`` from ``{"candidates"}``, ``[B, T, 2, mixtures, T]`` from
         ``{"packed_candidates"}``."""
-        key, = graphs
-        candidates = tf.convert_to_tensor(graphs[key])
         distinct = (self._candidates if self._layers_heads is None
                     else self.distinct_candidates(*self._layers_heads))
-        count = _candidates_form({key: candidates.shape}, sorted({distinct, self._candidates}))[2]
-        if count != self._candidates:
-            weights = self._fold(weights)
-        candidates = tf.cast(candidates, weights.dtype)
-        if key == "candidates":
-            return False, self._mix_rows_first(candidates, weights)
-        return True, self._mix_packed(candidates, weights)
+        if graphs.candidates not in (distinct, self._candidates, None):
+            counts = " or ".join(map(str, sorted({distinct, self._candidates})))
+            layout = "[batch, 2, T, {}, T]" if graphs.form == "candidates" else "[batch, T, {}, T]"
+            raise ValueError(
+                f"{graphs.form} must be {layout.format(counts)} (GraphMixture.candidate_matrices "
+                "with this mixture's include_products, from the same predictor); got shape "
+                f"{graphs.shape}.")
+        if graphs.candidates != self._candidates:
+            weights = self._folded(weights)
+        candidates = tf.cast(tf.convert_to_tensor(graphs.parts[0]), weights.dtype)
+        if graphs.form == "candidates":
+            return False, _mix_rows_first(candidates, weights, self.conditioned)
+        return True, _mix_packed(candidates, weights, self.conditioned)
 
-    def _mix_packed(self, packed, weights):
-        """Packed candidates ``[B, T, C, S]`` (:meth:`candidate_matrices` with ``packed=True``)
-        mixed with ``weights``: ``[B, T, 2, mixtures, S]``, each direction's mixtures cut to its
-        side of the diagonal. One ``[2 m, C] @ [C, S]`` product per receiving unit reads both
-        directions' candidates at once, half the data of the unpacked form."""
-        shape = tf.shape(packed)
-        m = self.num_mixtures
-        if self.conditioned:  # [B, T, 2, m, C]
-            weights = tf.reshape(weights, [shape[0], shape[1], 2 * m, shape[2]])
-        else:  # [2, m, C], broadcast by the product
-            weights = tf.reshape(weights, [1, 1, 2 * m, shape[2]])
-        mixed = tf.reshape(tf.matmul(weights, packed), [shape[0], shape[1], 2, m, shape[3]])
-        sides = tf.transpose(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
-        return mixed * sides[None, :, :, None, :]
+    candidate_matrices = staticmethod(candidate_matrices)
 
-    def _fold(self, weights):
-        """Mixture weights ``[..., 2 L K]`` onto the distinct candidates ``[..., (2 L - 1) K]``
-        (:meth:`distinct_candidates`): each head of the first layer takes its own weight plus
-        that of ``Lambda^1``, its duplicate."""
+    def _folded(self, weights):
+        """``weights`` onto the distinct candidates (:func:`_fold`) where products repeat the
+        first layer's heads."""
         if not self.include_products or self._layers_heads is None:
             return weights
-        layers, heads = self._layers_heads
-        # A 0/1 [2 L K, (2 L - 1) K] product: slices and their sum would cost a zero-filled
-        # gradient of the whole weights per slice.
-        fold = np.eye(2 * layers * heads, dtype=weights.dtype.as_numpy_dtype)
-        fold[:, :heads] += fold[:, layers * heads:(layers + 1) * heads]
-        fold = np.delete(fold, np.s_[layers * heads:(layers + 1) * heads], axis=1)
-        shape = tf.shape(weights)
-        folded = tf.matmul(tf.reshape(weights, [-1, fold.shape[0]]), fold)
-        return tf.reshape(folded, tf.concat([shape[:-1], [fold.shape[1]]], 0))
-
-    @staticmethod
-    def candidate_matrices(graphs, include_products=True, packed=False):
-        """The distinct candidates of dense ``graphs [B, 2, L, K, T, T]`` as matrices, rows
-        first: ``[B, 2, T, C, T]``, the heads of every layer then (``include_products``) the
-        hierarchical products ``Lambda^2..Lambda^L`` (:func:`glomo_tf.ops.hierarchical_products`;
-        ``Lambda^1`` is the first layer's heads, not repeated), ``C`` =
-        :meth:`distinct_candidates`; fed as ``{"candidates": ...}``.
-
-        ``packed=True``: both directions in one matrix per candidate, ``[B, T, C, T]``, the
-        forward one below the diagonal and the backward one above, as they hold no weight
-        elsewhere (forward sources ``s < t``, backward ``s > t``: the products keep it); fed as
-        ``{"packed_candidates": ...}``, half the memory, mixed by one product per unit. For
-        graphs that keep those sides (a :class:`~glomo_tf.GraphPredictor`'s): others raise
-        ``ValueError`` (``InvalidArgumentError`` inside a ``tf.function``)."""
-        graphs = tf.convert_to_tensor(graphs)
-        if not packed:
-            return _rows_first(_candidate_groups(graphs, include_products))
-        kept = _directions_kept(graphs)
-        message = ("Packed candidates need graphs with no weight on the other side of the "
-                   "diagonal (forward sources s < t, backward s > t, as a GraphPredictor's); "
-                   "these graphs have some: use packed=False.")
-        if tf.executing_eagerly():
-            if not bool(kept):
-                raise ValueError(message)
-        else:
-            with tf.control_dependencies([tf.debugging.Assert(kept, [message])]):
-                graphs = tf.identity(graphs)
-        stacked = _stacked(_candidate_groups(graphs, include_products))  # [B, 2, C, T, X]
-        return tf.transpose(stacked[:, 0] + stacked[:, 1], [0, 2, 1, 3])
+        return _fold(weights, *self._layers_heads)
 
     def _from_top_k(self, features, graphs, weights):
         """``M H`` (unscaled) of the top-k form: by gather, or as the dense graphs it holds
         (:meth:`_gather_is_cheaper`)."""
         indices, values = (tf.convert_to_tensor(part) for part in graphs)
-        if len(indices.shape) != 6 or len(values.shape) != 6:
-            raise ValueError(
-                "Top-k graphs must be (indices, weights), both [batch, 2, L, K, T, k]; got "
-                f"shapes {tuple(indices.shape)} and {tuple(values.shape)}.")
         graphs = (indices, values)
 
         def densified():
@@ -347,17 +370,8 @@ class GraphMixture(keras.layers.Layer):
 
     def _explicit(self, features, graphs, weights):
         """``M H`` from the mixed graphs formed as ``T x T`` matrices (unscaled)."""
-        return tf.transpose(self._apply_mixed(self._mix_graphs(graphs, weights), features),
+        return tf.transpose(_apply_mixed(self._mix_graphs(graphs, weights), features),
                             [0, 2, 1, 3, 4])
-
-    def _apply_mixed(self, mixed, features):
-        """``M H`` of the mixed graphs ``[B, X, Y, m, S]`` (``[B, 2, T, ...]``, or ``[B, T, 2,
-        ...]`` when packed): ``[B, X, Y, m, d]`` in the same layout (unscaled)."""
-        shape = tf.shape(mixed)
-        # One [2 T m, S] @ [S, d] product per example (an einsum over the same axes is lowered to
-        # several times slower transposes and small products on a CPU).
-        out = tf.matmul(tf.reshape(mixed, [shape[0], -1, shape[4]]), features)
-        return tf.reshape(out, tf.concat([shape[:4], tf.shape(features)[-1:]], 0))
 
     def _mix_graphs(self, graphs, weights):
         """The unscaled mixed graphs of the candidates' matrices, rows first:
@@ -376,16 +390,8 @@ class GraphMixture(keras.layers.Layer):
         """
         stacked = _rows_first(candidates)
         if stacked.shape[3] != self._candidates:
-            weights = self._fold(weights)
-        return self._mix_rows_first(stacked, weights)
-
-    def _mix_rows_first(self, stacked, weights):
-        """Candidates laid out ``[B, 2, T, C, X]`` mixed with ``weights``: ``[B, 2, T, m, X]``."""
-        if self.conditioned:
-            weights = tf.transpose(weights, [0, 2, 1, 3, 4])  # [B, 2, T, m, C]
-        else:
-            weights = weights[None, :, None]  # [1, 2, 1, m, C], broadcast by the product
-        return tf.matmul(weights, stacked)
+            weights = self._folded(weights)
+        return _mix_rows_first(stacked, weights, self.conditioned)
 
     def explicit_mixed_graphs(self, features, graphs=None, padding_mask=None):
         """The mixed graphs ``M`` themselves, ``[batch, 2, mixtures, T, T]``, for inspection.
@@ -400,15 +406,17 @@ class GraphMixture(keras.layers.Layer):
             uniform = ops.uniform_graphs(padding_mask)[:, :, None]
             return uniform * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
         weights = self.mixture_weights(features)
-        if isinstance(graphs, dict):
+        graphs = GraphInput.parse(graphs)
+        if graphs.form in ("candidates", "packed_candidates"):
             packed, mixed = self._mix_given(graphs, weights)
             if packed:  # [B, T, 2, m, S]
                 mixed = tf.transpose(mixed, [0, 2, 1, 3, 4])
         else:
-            if _is_top_k(graphs):
-                graphs = ops.densify_top_k(graphs[0], tf.cast(graphs[1], tf.float32),
-                                           tf.shape(features)[1])
-            mixed = self._mix_graphs(tf.cast(graphs, tf.float32), weights)
+            dense = graphs.parts[0]
+            if graphs.form == "top_k":
+                dense = ops.densify_top_k(dense, tf.cast(graphs.parts[1], tf.float32),
+                                          tf.shape(features)[1])
+            mixed = self._mix_graphs(tf.cast(dense, tf.float32), weights)
         mixed = tf.transpose(mixed, [0, 1, 3, 2, 4])  # [B, 2, m, T, T]
         return mixed * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
 
@@ -459,36 +467,3 @@ def _directions_kept(graphs):
     """Whether ``graphs [B, 2, L, K, T, T]`` hold no weight outside their direction's side."""
     outside = tf.logical_not(ops.direction_masks(tf.shape(graphs)[-1]))[None, :, None, None]
     return tf.reduce_all(tf.equal(tf.where(outside, graphs, tf.zeros_like(graphs)), 0))
-
-
-CANDIDATE_FORMS = {"candidates": "[batch, 2, T, {}, T]", "packed_candidates": "[batch, T, {}, T]"}
-
-
-def _candidates_form(shapes, candidates=None):
-    """``(key, shape, C)`` of given candidate matrices, ``{"candidates": [batch, 2, T, C, T]}`` or
-    ``{"packed_candidates": [batch, T, C, T]}``, checked (``C`` against ``candidates``, a count
-    or a list of the counts allowed, when given)."""
-    if len(shapes) != 1 or not set(shapes) <= set(CANDIDATE_FORMS):
-        raise ValueError(
-            "Graphs given as a dict must be {'candidates': [batch, 2, T, C, T]} or "
-            "{'packed_candidates': [batch, T, C, T]} (GraphMixture.candidate_matrices); got "
-            f"keys {sorted(shapes)}.")
-    (key, shape), = shapes.items()
-    shape = tuple(shape)
-    packed = key == "packed_candidates"
-    allowed = [candidates] if isinstance(candidates, int) else candidates
-    valid = len(shape) == 4 if packed else (len(shape) == 5 and shape[1] in (2, None))
-    count = shape[-2] if valid else None
-    if not valid or (allowed is not None and count not in (*allowed, None)):
-        expected = "C" if allowed is None else " or ".join(map(str, allowed))
-        raise ValueError(
-            f"{key} must be {CANDIDATE_FORMS[key].format(expected)} (GraphMixture."
-            "candidate_matrices with this mixture's include_products, from the same predictor); "
-            f"got shape {shape}.")
-    return key, shape, count
-
-
-def _is_top_k(graphs):
-    """Whether ``graphs`` (or their shape) is the compact form ``(indices, weights)``."""
-    return isinstance(graphs, (list, tuple)) and len(graphs) == 2 and all(
-        isinstance(part, (list, tuple)) or hasattr(part, "shape") for part in graphs)

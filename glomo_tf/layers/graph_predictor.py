@@ -148,12 +148,14 @@ class GraphPredictor(keras.layers.Layer):
         self.embeddings_regularizer = keras.regularizers.get(embeddings_regularizer)
         self.encoder = CausalConvEncoder(
             self._stacks, conv_layers, kernel_size, dropout, kernel_initializer=kernel_initializer,
-            kernel_regularizer=kernel_regularizer, dtype=self.dtype_policy, name="encoder")
+            kernel_regularizer=kernel_regularizer, dtype=self.dtype_policy,
+            trainable=self.trainable, name="encoder")
         self.scorer = GraphScorer(
             num_layers, num_heads, int(head_dim or max(1, hidden_dim // 2)), threshold,
             normalization, entmax_alpha, kernel_initializer=kernel_initializer,
             threshold_initializer=threshold_initializer, kernel_regularizer=kernel_regularizer,
-            live_row_regularizer=live_row_regularizer, dtype=self.dtype_policy, name="scorer")
+            live_row_regularizer=live_row_regularizer, dtype=self.dtype_policy,
+            trainable=self.trainable, name="scorer")
 
     # The sizes and choices, as the sub-layers hold them.
     num_layers = property(lambda self: self.scorer.num_layers)
@@ -376,7 +378,8 @@ class CoupledGraphPredictor(GraphPredictor):
                          conv_layers, kernel_size, dropout, threshold, normalization,
                          entmax_alpha, **kwargs)
         self.composer = FeaturePredictor(hidden_dim, num_heads, composition=composition,
-                                         dtype=self.dtype_policy, name="composer")
+                                         dtype=self.dtype_policy, trainable=self.trainable,
+                                         name="composer")
 
     composition = property(lambda self: self.composer.composition)
 

@@ -138,17 +138,19 @@ class GraphPredictor2D(keras.layers.Layer):
             num_layers, num_heads, int(head_dim or max(1, hidden_dim // 2)), threshold,
             normalization, entmax_alpha, kernel_initializer=kernel_initializer,
             threshold_initializer=threshold_initializer, kernel_regularizer=kernel_regularizer,
-            live_row_regularizer=live_row_regularizer, dtype=self.dtype_policy, name="scorer")
+            live_row_regularizer=live_row_regularizer, dtype=self.dtype_policy,
+            trainable=self.trainable, name="scorer")
         self.convs, self.norms = [], []
         for direction, role in _STACKS:
             convs, norms = [], []
             for i in range(self.conv_layers):
                 convs.append(MaskedConv2D(
                     self.hidden_dim, self.kernel_size, "A" if i == 0 else "B", direction,
-                    use_bias=False, dtype=self.dtype_policy, name=f"{direction}_{role}_conv{i}"))
+                    use_bias=False, dtype=self.dtype_policy, trainable=self.trainable,
+                    name=f"{direction}_{role}_conv{i}"))
                 norms.append(keras.layers.BatchNormalization(
                     momentum=self.momentum, epsilon=BATCH_NORM_EPSILON, dtype=self.dtype_policy,
-                    name=f"{direction}_{role}_bn{i}"))
+                    trainable=self.trainable, name=f"{direction}_{role}_bn{i}"))
             self.convs.append(convs)
             self.norms.append(norms)
 
