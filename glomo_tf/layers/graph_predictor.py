@@ -311,8 +311,8 @@ class GraphPredictor(keras.layers.Layer):
                 config[key] = keras.regularizers.deserialize(config[key])
         if "dtype" in config and isinstance(config["dtype"], dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        if cls is CoupledGraphPredictor:
-            config["coupled"] = True
+        # Today's coupled configs hold a composition; those of earlier versions say `coupled`.
+        config.setdefault("coupled", cls is CoupledGraphPredictor or "composition" in config)
         if cls is GraphPredictor or cls is CoupledGraphPredictor:
             return graph_predictor(**config)
         return cls(**config)

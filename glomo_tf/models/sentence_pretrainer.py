@@ -412,7 +412,7 @@ def _copy(predictor):
         return None
     if not predictor.built:
         predictor.build((None, None))
-    clone = GraphPredictor.from_config(predictor.get_config())
+    clone = type(predictor).from_config(predictor.get_config())
     clone.build((None, None))
     clone.set_weights(predictor.get_weights())
     return clone
