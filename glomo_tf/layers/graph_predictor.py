@@ -11,14 +11,14 @@ from glomo_tf.layers._common import compute_cast, direction_rows
 from glomo_tf.layers.conv_encoder import (BATCH_NORM_EPSILON, CausalConvEncoder,  # noqa: F401
                                           batch_norm_affine)
 from glomo_tf.layers.feature_predictor import FeaturePredictor
-from glomo_tf.layers.graph_scorer import GraphScorer, LiveRowHinge
+from glomo_tf.layers.graph_scorer import LiveRowHinge, ScorerSettings
 
 # Stacks of the decoupled predictor's convolution networks (CausalConvEncoder's outputs).
 _FW_KEY, _FW_QUERY, _BW_KEY, _BW_QUERY = range(4)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
-class GraphPredictor(keras.layers.Layer):
+class GraphPredictor(ScorerSettings, keras.layers.Layer):
     """Predicts latent graphs over a token sequence, in both directions (GLoMo's ``g``).
 
     Token ids are embedded with the predictor's own table (id 0 is padding). For each direction a
@@ -150,20 +150,12 @@ class GraphPredictor(keras.layers.Layer):
             self._stacks, conv_layers, kernel_size, dropout, kernel_initializer=kernel_initializer,
             kernel_regularizer=kernel_regularizer, dtype=self.dtype_policy,
             trainable=self.trainable, name="encoder")
-        self.scorer = GraphScorer(
-            num_layers, num_heads, int(head_dim or max(1, hidden_dim // 2)), threshold,
-            normalization, entmax_alpha, kernel_initializer=kernel_initializer,
-            threshold_initializer=threshold_initializer, kernel_regularizer=kernel_regularizer,
-            live_row_regularizer=live_row_regularizer, dtype=self.dtype_policy,
-            trainable=self.trainable, name="scorer")
+        self.scorer = self.make_scorer(
+            hidden_dim, num_layers, num_heads, head_dim, threshold, normalization, entmax_alpha,
+            kernel_initializer=kernel_initializer, threshold_initializer=threshold_initializer,
+            kernel_regularizer=kernel_regularizer, live_row_regularizer=live_row_regularizer)
 
-    # The sizes and choices, as the sub-layers hold them.
-    num_layers = property(lambda self: self.scorer.num_layers)
-    num_heads = property(lambda self: self.scorer.num_heads)
-    head_dim = property(lambda self: self.scorer.head_dim)
-    threshold = property(lambda self: self.scorer.threshold)
-    normalization = property(lambda self: self.scorer.normalization)
-    entmax_alpha = property(lambda self: self.scorer.entmax_alpha)
+    # The encoder's sizes (the scorer's come from ScorerSettings).
     conv_layers = property(lambda self: self.encoder.conv_layers)
     kernel_size = property(lambda self: self.encoder.kernel_size)
     dropout = property(lambda self: self.encoder.dropout)
@@ -302,15 +294,7 @@ class GraphPredictor(keras.layers.Layer):
         """Reads this class's configs, and those written before the predictor had sub-layers
         (with ``coupled``, ``composition``, ``live_row_weight``, ``live_row_margin``,
         ``initial_threshold``, ``momentum`` and ``epsilon``): see :func:`graph_predictor`."""
-        config = dict(config)
-        for key in ("embeddings_initializer", "kernel_initializer", "threshold_initializer"):
-            if isinstance(config.get(key), dict):
-                config[key] = keras.initializers.deserialize(config[key])
-        for key in ("embeddings_regularizer", "kernel_regularizer", "live_row_regularizer"):
-            if isinstance(config.get(key), dict):
-                config[key] = keras.regularizers.deserialize(config[key])
-        if "dtype" in config and isinstance(config["dtype"], dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        config = cls.deserialized(config)
         # Today's coupled configs hold a composition; those of earlier versions say `coupled`.
         config.setdefault("coupled", cls is CoupledGraphPredictor or "composition" in config)
         if cls is GraphPredictor or cls is CoupledGraphPredictor:

@@ -8,7 +8,7 @@ import random
 from glomo_tf import hparams, ops
 from glomo_tf.layers.conv_encoder import BATCH_NORM_EPSILON
 from glomo_tf.layers.graph_predictor import _check_positive, flat_settings
-from glomo_tf.layers.graph_scorer import GraphScorer
+from glomo_tf.layers.graph_scorer import ScorerSettings
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
 
 D2 = hparams.GRAPH_PREDICTOR_2D
@@ -46,7 +46,7 @@ def units_image(units, height, width):
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
-class GraphPredictor2D(keras.layers.Layer):
+class GraphPredictor2D(ScorerSettings, keras.layers.Layer):
     """Predicts latent graphs over the pixels of images, in both raster directions.
 
     The units are the ``T = H * W`` pixels in raster order (:func:`image_units`). For each
@@ -134,12 +134,10 @@ class GraphPredictor2D(keras.layers.Layer):
         # initializer drew a seed here: drawing it keeps a seeded model's initial weights, and
         # the recorded image runs, as they were.
         random.randint(1, int(1e9))
-        self.scorer = GraphScorer(
-            num_layers, num_heads, int(head_dim or max(1, hidden_dim // 2)), threshold,
-            normalization, entmax_alpha, kernel_initializer=kernel_initializer,
-            threshold_initializer=threshold_initializer, kernel_regularizer=kernel_regularizer,
-            live_row_regularizer=live_row_regularizer, dtype=self.dtype_policy,
-            trainable=self.trainable, name="scorer")
+        self.scorer = self.make_scorer(
+            hidden_dim, num_layers, num_heads, head_dim, threshold, normalization, entmax_alpha,
+            kernel_initializer=kernel_initializer, threshold_initializer=threshold_initializer,
+            kernel_regularizer=kernel_regularizer, live_row_regularizer=live_row_regularizer)
         self.convs, self.norms = [], []
         for direction, role in _STACKS:
             convs, norms = [], []
@@ -153,13 +151,6 @@ class GraphPredictor2D(keras.layers.Layer):
                     trainable=self.trainable, name=f"{direction}_{role}_bn{i}"))
             self.convs.append(convs)
             self.norms.append(norms)
-
-    num_layers = property(lambda self: self.scorer.num_layers)
-    num_heads = property(lambda self: self.scorer.num_heads)
-    head_dim = property(lambda self: self.scorer.head_dim)
-    threshold = property(lambda self: self.scorer.threshold)
-    normalization = property(lambda self: self.scorer.normalization)
-    entmax_alpha = property(lambda self: self.scorer.entmax_alpha)
 
     def build(self, input_shape):
         if len(input_shape) != 4 or input_shape[-1] is None:
@@ -232,15 +223,7 @@ class GraphPredictor2D(keras.layers.Layer):
     def from_config(cls, config):
         """Reads this class's configs and those of earlier versions (with ``epsilon``,
         ``initial_threshold``, ``live_row_weight`` and ``live_row_margin``)."""
-        config = dict(config)
-        for key in ("kernel_initializer", "threshold_initializer"):
-            if isinstance(config.get(key), dict):
-                config[key] = keras.initializers.deserialize(config[key])
-        for key in ("kernel_regularizer", "live_row_regularizer"):
-            if isinstance(config.get(key), dict):
-                config[key] = keras.regularizers.deserialize(config[key])
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        config = cls.deserialized(config)
         epsilon = config.pop("epsilon", None)
         layer = cls(**flat_settings(config))
         if epsilon is not None:

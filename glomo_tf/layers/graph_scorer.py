@@ -49,6 +49,40 @@ class LiveRowHinge(keras.regularizers.Regularizer):
         return {"weight": self.weight, "margin": self.margin}
 
 
+class ScorerSettings:
+    """Eq. 1's settings of a layer that scores its graphs with a :class:`GraphScorer`
+    (``self.scorer``), read from it; :meth:`make_scorer` makes that scorer."""
+
+    num_layers = property(lambda self: self.scorer.num_layers)
+    num_heads = property(lambda self: self.scorer.num_heads)
+    head_dim = property(lambda self: self.scorer.head_dim)
+    threshold = property(lambda self: self.scorer.threshold)
+    normalization = property(lambda self: self.scorer.normalization)
+    entmax_alpha = property(lambda self: self.scorer.entmax_alpha)
+
+    def make_scorer(self, hidden_dim, num_layers, num_heads, head_dim, threshold, normalization,
+                    entmax_alpha, **weights_options):
+        """The layer's ``scorer`` over features of ``hidden_dim`` (``head_dim`` defaults to half
+        of it, the reference code's), in its dtype policy and trainability; ``weights_options``
+        are the initializer and regularizer arguments."""
+        return GraphScorer(num_layers, num_heads, int(head_dim or max(1, hidden_dim // 2)),
+                           threshold, normalization, entmax_alpha, dtype=self.dtype_policy,
+                           trainable=self.trainable, name="scorer", **weights_options)
+
+    @staticmethod
+    def deserialized(config):
+        """``config`` with its initializers, regularizers and dtype policy as objects."""
+        config = dict(config)
+        for key, module in (("initializer", keras.initializers),
+                            ("regularizer", keras.regularizers)):
+            for name in [k for k in config if k.endswith("_" + key)]:
+                if isinstance(config[name], dict):
+                    config[name] = module.deserialize(config[name])
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return config
+
+
 @keras.saving.register_keras_serializable(package="glomo_tf")
 class GraphScorer(keras.layers.Layer):
     """Graphs from query and key features by Eq. 1, for both directions, every layer and head.
