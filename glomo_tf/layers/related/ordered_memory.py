@@ -288,18 +288,8 @@ class OrderedMemory(keras.layers.Layer):
             raise ValueError(f"num_slots must be a positive integer, got {num_slots}.")
         D = self.units
         batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
-        if self.input_dropout and training:
-            keep = keras.random.uniform(tf.shape(inputs), seed=self.seed_generator)
-            inputs = inputs * tf.cast(keep >= self.input_dropout, inputs.dtype) / (
-                1.0 - self.input_dropout)
-        projected = self.layer_norm(self.input_projection(inputs))  # Eq. 4.1, [B, T, D]
-        queries = self.attention_query(projected)  # the x~ half of Eq. 4.8, [B, T, D]
-        if self.scorer == "layer_norm":
-            queries = self.attention_query_norm(queries)
-        if mask is None:
-            real = tf.ones((batch, steps), tf.bool)
-        else:
-            real = tf.cast(mask, tf.bool)
+        projected, queries = self._read_inputs(inputs, training)
+        real = tf.ones((batch, steps), tf.bool) if mask is None else tf.cast(mask, tf.bool)
 
         attention_mask = self._dropout_mask((batch, N, D), self.attention_dropout, training)
         hidden_masks = (self._dropout_mask((batch, N, D), self.hidden_dropout, training),
@@ -337,14 +327,28 @@ class OrderedMemory(keras.layers.Layer):
             outputs = tf.reshape(outputs, (batch, steps, D))
         else:
             outputs = candidates[:, -1]  # M^_T^N (padded steps left the state unchanged)
-        if self.output_dropout and training:
-            keep = keras.random.uniform(tf.shape(outputs), seed=self.seed_generator)
-            outputs = outputs * tf.cast(keep >= self.output_dropout, dtype) / (
-                1.0 - self.output_dropout)
+        outputs = self._drop(outputs, self.output_dropout, training)
         if self.return_attention:
             probs = tf.reshape(tf.transpose(probs_ta.stack(), [1, 0, 2]), (batch, steps, N))
             return outputs, probs
         return outputs
+
+    def _read_inputs(self, inputs, training):
+        """Eq. 4.1's projected inputs (after the input dropout) and the attention's queries,
+        the x~ half of Eq. 4.8: ``[B, T, D]`` each."""
+        projected = self.layer_norm(self.input_projection(
+            self._drop(inputs, self.input_dropout, training)))
+        queries = self.attention_query(projected)
+        if self.scorer == "layer_norm":
+            queries = self.attention_query_norm(queries)
+        return projected, queries
+
+    def _drop(self, x, rate, training):
+        """Inverted dropout of ``x`` at ``rate`` in training (from the layer's seed generator)."""
+        if not (rate and training):
+            return x
+        keep = keras.random.uniform(tf.shape(x), seed=self.seed_generator)
+        return x * tf.cast(keep >= rate, x.dtype) / (1.0 - rate)
 
     def compute_mask(self, inputs, mask=None):
         out = mask if self.return_sequences else None
