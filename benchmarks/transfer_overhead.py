@@ -15,7 +15,7 @@ layer between them:
 and, on request, variants of ``glomo``:
 
 * ``glomo_cached`` (``--cache``): the same model trained through
-  :class:`glomo_tf.data.graph_cache.GraphFedModel` on graphs computed once
+  :class:`glomo_tf.models.GraphFedModel` on graphs computed once
   (:func:`glomo_tf.data.graph_cache.compute_graphs`, dense): the step of every epoch after the
   first. What filling the cache costs (the first epoch's extra work) is timed separately,
   ``cache_fill`` in the JSON, in total and per batch;
@@ -144,7 +144,7 @@ def build_model(a, variant, keras):
     logits = keras.layers.Dense(NUM_CLASSES, name="classifier")(pooled)
     model = keras.Model(ids, logits, name=f"classifier_{variant}")
     if variant.startswith("glomo_cached"):
-        from glomo_tf.data.graph_cache import GraphFedModel
+        from glomo_tf.models import GraphFedModel
 
         model = GraphFedModel(model)
     model.compile(optimizer=keras.optimizers.Adam(1e-3),

@@ -9,14 +9,14 @@ Steps (each resumable: a finished step is read back, an interrupted one continue
    pretraining, ``--train-size`` labelled ones and ``--test-size`` held-out ones in the original
    format (``label<TAB>expression``); the three sets are drawn with different seeds and test
    expressions seen in training are dropped.
-2. **Pretraining**: ``glomo pretrain``'s run (:func:`glomo_tf.pretraining.run_pretraining`) on the
+2. **Pretraining**: ``glomo pretrain``'s run (:func:`glomo_tf.experiments.pretraining.run_pretraining`) on the
    unlabelled lines, the paper's form by default (``--composition``, ``--normalization``,
    ``--entmax-alpha`` for the options).
 3. **Graphs against the gold trees**: the predictor's forward graphs on every test expression,
    scored by :func:`glomo_tf.data.listops.parent_agreement`: the share of units whose strongest
    source is their parent operator (each argument the ``[OP`` opening its list, each ``]`` its own
    ``[OP``), per head, for the heads averaged, for the best fixed-offset rule and for chance.
-4. **Transfer**: ``glomo transfer --dataset listops`` (:func:`glomo_tf.experiments.run_transfer`):
+4. **Transfer**: ``glomo transfer --dataset listops`` (:func:`glomo_tf.experiments.transfer.run_transfer`):
    BiGRU ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform`` over ``--seeds``, with
    the trained classifiers saved (``--save-models``).
 
@@ -97,7 +97,7 @@ def make_data(args, data_dir):
 
 
 def pretrain(args, paths, run_dir):
-    from glomo_tf.pretraining import PretrainingConfig, run_pretraining
+    from glomo_tf.experiments.pretraining import PretrainingConfig, run_pretraining
 
     if not os.path.exists(os.path.join(run_dir, "metrics.json")):
         run_pretraining(PretrainingConfig(
@@ -134,7 +134,7 @@ def agreement(run_dir, test_path, batch_size=256):
 
 
 def transfer(args, paths, run_dir, output_dir):
-    from glomo_tf.experiments import TransferConfig, run_transfer
+    from glomo_tf.experiments.transfer import TransferConfig, run_transfer
 
     run_transfer(TransferConfig(
         dataset="listops", file=paths["train.tsv"], test_file=paths["test.tsv"],

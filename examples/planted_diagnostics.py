@@ -16,7 +16,7 @@ This script takes the problem apart, each part measured on its own (JSON to stdo
     The unsupervised run itself, with recovery and the planted-value cross-entropy recorded every
     ``--eval-every`` steps, up to ``--steps``: is it a matter of steps or of design?
 
-Every run starts from the demo's sizes and corpus (``glomo_tf.demo``) with the *paper's* choices
+Every run starts from the demo's sizes and corpus (``glomo_tf.experiments.demo``) with the *paper's* choices
 (:data:`PAPER`: the reference code's GRU composition, Eq. 1's squared ReLU, a constant learning
 rate) and changes what ``--set name=value`` says (model arguments, ``learning_rate``,
 ``embedding_scale``, ``schedule``, ``warmup``...). ``glomo demo``'s own settings are
@@ -126,7 +126,7 @@ PAPER = dict(composition="gru", normalization="squared_relu")
 
 def demo_settings(overrides):
     """The demo's sizes with the paper's choices, and training settings, ``overrides`` applied."""
-    from glomo_tf import demo
+    from glomo_tf.experiments import demo
 
     model = dict(demo.MODEL, **PAPER)
     training = dict(learning_rate=demo.LEARNING_RATE, clipnorm=demo.CLIP_NORM,
@@ -157,7 +157,7 @@ def optimizer_for(training, total_steps):
 
 
 def corpora(training):
-    from glomo_tf import demo
+    from glomo_tf.experiments import demo
     from glomo_tf.data import planted
 
     train = planted.builtin_corpus("train", training["train_windows"], **demo.CORPUS)
@@ -178,7 +178,7 @@ def parse_curriculum(text):
 
 def curriculum_dataset(train, training, stages, seed):
     """The demo's repeated training batches, preceded by ``stages`` of other windows."""
-    from glomo_tf import demo
+    from glomo_tf.experiments import demo
     from glomo_tf.data import planted
 
     dataset = None
@@ -211,7 +211,7 @@ def scale_embeddings(predictor, scale, seed):
 
 def evaluate(model, test, with_recovery=True):
     """Recovery (best head, heads averaged) and the planted-value cross-entropy per direction."""
-    from glomo_tf import demo
+    from glomo_tf.experiments import demo
 
     row = {"value_cross_entropy": demo.planted_value_cross_entropy(model, test)}
     if with_recovery:
@@ -251,7 +251,8 @@ def run_capacity(args, model_args, training):
     import keras
     import tensorflow as tf
 
-    from glomo_tf import demo, ops
+    from glomo_tf import ops
+    from glomo_tf.experiments import demo
     from glomo_tf.layers import graph_predictor
 
     train, test = corpora(training)

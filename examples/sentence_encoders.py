@@ -3,7 +3,7 @@ QT+SP+G2L and its three leave-one-out ablations (the thesis' Table 3.1 rows), ea
 the same budget, against a bag of words and a random encoder of the same size (and GLoMo
 features when ``--glomo-run`` names a ``glomo pretrain`` run).
 
-Pretraining: ``glomo sentence-pretrain`` (:func:`glomo_tf.sentence_pretraining.
+Pretraining: ``glomo sentence-pretrain`` (:func:`glomo_tf.experiments.sentence_pretraining.
 run_sentence_pretraining`) on the consecutive sentences of WikiText-2's validation and test
 files, one run directory per objective set under ``--runs-dir`` (resumable: rerun the same
 command after an interruption). Every model has the same sizes, seed, batches and steps; with
@@ -11,7 +11,7 @@ three objectives two are sampled per batch (the thesis' protocol), with two both
 batch, so each ablation sees the same batches but not the same number of objective updates, as
 in the thesis.
 
-Probing: ``glomo probe`` (:mod:`glomo_tf.probe`): frozen vectors, logistic regression, 10-fold
+Probing: ``glomo probe`` (:mod:`glomo_tf.experiments.probe`): frozen vectors, logistic regression, 10-fold
 cross-validation with the L2 strength chosen on inner folds (MR, SUBJ), the dev split (SST-2).
 ``bow`` is the mean of the full model's trained word embeddings, ``random`` an untrained model of
 the full model's configuration.
@@ -54,8 +54,8 @@ import sys
 import time
 
 from glomo_tf import hparams
-from glomo_tf.probe import ProbeConfig, markdown_table, run_probe
-from glomo_tf.sentence_pretraining import SentencePretrainingConfig, run_sentence_pretraining
+from glomo_tf.experiments.probe import ProbeConfig, markdown_table, run_probe
+from glomo_tf.experiments.sentence_pretraining import SentencePretrainingConfig, run_sentence_pretraining
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, os.pardir, "shared", "data")

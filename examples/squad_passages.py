@@ -1,9 +1,9 @@
 """The training articles' passages of a SQuAD v1.1 file, one per line: unlabelled text for a
 graph predictor of the reading task that never sees a development or test passage.
 
-``glomo transfer --dataset squad`` splits the file by article (:data:`glomo_tf.reading.SPLIT_SEED`,
+``glomo transfer --dataset squad`` splits the file by article (:data:`glomo_tf.experiments.reading.SPLIT_SEED`,
 the same split for every seed); this writes the passages of its training articles
-(:func:`glomo_tf.reading.training_passages`), for ``glomo pretrain``::
+(:func:`glomo_tf.experiments.reading.training_passages`), for ``glomo pretrain``::
 
     python examples/squad_passages.py --output runs/squad/passages.txt
     glomo pretrain --train runs/squad/passages.txt --splitter unicode_script --lowercase \\
@@ -27,7 +27,7 @@ def main(argv=None):
     parser.add_argument("--output", required=True, help="where the passages are written")
     args = parser.parse_args(argv)
     from glomo_tf.data.labeled import shared_data_dir
-    from glomo_tf.reading import training_passages
+    from glomo_tf.experiments.reading import training_passages
 
     path = args.file or os.path.join(shared_data_dir(), "squad", "dev-v1.1.json")
     try:

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf.data import planted
-from glomo_tf.demo import CORPUS
+from glomo_tf.experiments.demo import CORPUS
 from glomo_tf.tuning import GlomoHyperModel, make_tuner, results_table
 
 DIRECTORY, PROJECT = "tune-example", "context_length"

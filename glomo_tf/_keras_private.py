@@ -101,7 +101,7 @@ def run_functional_graph(model, inputs, call_function):
     ``model.input``), each layer called as ``call_function(layer, *args, **kwargs)``: the same
     layer objects, some of them handed other inputs.
 
-    Why: :class:`glomo_tf.data.graph_cache.GraphFedModel` calls a model's ``GlomoTransfer``
+    Why: :class:`glomo_tf.models.GraphFedModel` calls a model's ``GlomoTransfer``
     layers on ``[features, graphs]`` (graphs as new ``keras.Input`` tensors) instead of
     ``[features, token_ids]``, in a functional model on ``[ids, graphs]``.
 

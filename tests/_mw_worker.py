@@ -49,7 +49,7 @@ def optimizer(kind, clipnorm):
     """Plain SGD (no momentum): Keras's own, or the one ``glomo pretrain`` makes."""
     import keras
 
-    from glomo_tf.pretraining import PretrainingConfig, make_optimizer
+    from glomo_tf.experiments.pretraining import PretrainingConfig, make_optimizer
     if kind == "keras":
         return keras.optimizers.SGD(0.5, global_clipnorm=clipnorm)
     return make_optimizer(PretrainingConfig(output_dir="", optimizer="sgd", learning_rate=0.5,

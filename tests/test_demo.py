@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from glomo_tf import cli, demo
+from glomo_tf import cli
+from glomo_tf.experiments import demo
 from glomo_tf.data import planted
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -393,7 +393,7 @@ def test_fed_graphs_give_the_online_outputs_and_gradients(rng, form):
     """A GraphFedModel calls the layer on ``[features, graphs]`` (computed beforehand, here by a
     separate predictor call) instead of running the predictor: the NumPy transfer of those graphs,
     and the online call's gradients for every trainable weight, which it shares."""
-    from glomo_tf.data.graph_cache import GraphFedModel
+    from glomo_tf.models import GraphFedModel
 
     predictor = make_predictor()
     model, embedding, transfer = functional_model(predictor, 6, num_mixtures=2)
@@ -442,7 +442,7 @@ def test_fed_graphs_give_the_online_outputs_and_gradients(rng, form):
 
 
 def test_graphs_are_fed_only_to_frozen_learned_layers_in_their_form():
-    from glomo_tf.data.graph_cache import GraphFedModel
+    from glomo_tf.models import GraphFedModel
 
     predictor = make_predictor()
     tuned, _, _ = functional_model(predictor, fine_tune=True)

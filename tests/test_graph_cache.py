@@ -12,7 +12,8 @@ import tensorflow as tf
 from glomo_tf import GraphPredictor
 from glomo_tf.data import graph_cache
 from glomo_tf.data.batching import bucketed_training_batches, length_sorted_batches
-from glomo_tf.models import build_classifier
+from glomo_tf.models import GraphFedModel, build_classifier
+from glomo_tf.models.graph_fed import _transfer_layers
 
 V = 40
 
@@ -141,10 +142,10 @@ def test_fed_candidates_give_the_online_outputs_and_gradients(rng, variant, prop
     predictor = make_predictor()
     model = build_classifier(V, 3, variant, graph_predictor=predictor, embedding_dim=8,
                              rnn_units=4, attention_heads=2, dropout=0.0)
-    for layer in graph_cache._transfer_layers(model):
+    for layer in _transfer_layers(model):
         layer.mixture.propagation = propagation
     ids = random_ids(rng, count=6)
-    fed = graph_cache.GraphFedModel(model)
+    fed = GraphFedModel(model)
     cache = graph_cache.compute_graphs(predictor, ids, candidates=True)
     graphs = graph_cache.batch_of(cache, range(6), ids.shape[1])
     labels = tf.constant(rng.integers(0, 3, 6))
@@ -204,7 +205,7 @@ def test_fed_classifier_gives_the_online_outputs_and_gradients(rng, variant):
     model = build_classifier(V, 3, variant, graph_predictor=predictor, embedding_dim=8,
                              rnn_units=4, attention_heads=2, dropout=0.0)
     ids = random_ids(rng, count=6)
-    fed = graph_cache.GraphFedModel(model)
+    fed = GraphFedModel(model)
     graphs = graph_cache.batch_of(graph_cache.compute_graphs(predictor, ids), range(6),
                                   ids.shape[1])
     labels = tf.constant(rng.integers(0, 3, 6))
@@ -240,7 +241,7 @@ def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, candid
         model = build_classifier(V, 2, "glomo_embeddings", graph_predictor=predictor,
                                  embedding_dim=8, rnn_units=4, attention_heads=2, dropout=0.2,
                                  graph_temperature=temperature)
-        trained = graph_cache.GraphFedModel(model) if cached else model
+        trained = GraphFedModel(model) if cached else model
         trained.compile(optimizer=keras.optimizers.Adam(0.01),
                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         if cached:
@@ -302,12 +303,12 @@ def test_errors(rng):
     baseline = build_classifier(V, 2, "baseline", embedding_dim=8, rnn_units=4,
                                 attention_heads=2)
     with pytest.raises(ValueError, match="no GlomoTransfer layer"):
-        graph_cache.GraphFedModel(baseline)
+        GraphFedModel(baseline)
     tuned = build_classifier(V, 2, "glomo_embeddings", graph_predictor=predictor,
                              embedding_dim=8, rnn_units=4, attention_heads=2)
     tuned.get_layer("glomo_embeddings").fine_tune = True
     with pytest.raises(ValueError, match="fine_tune=True"):
-        graph_cache.GraphFedModel(tuned)
+        GraphFedModel(tuned)
     original = predictor.call  # graphs with weight on both sides cannot be packed
     predictor.call = lambda ids, training=False: {
         **original(ids, training=training),

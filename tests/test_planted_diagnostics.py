@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from glomo_tf import demo
+from glomo_tf.experiments import demo
 from glomo_tf.data import planted
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "planted_diagnostics.py")

@@ -104,8 +104,8 @@ def test_every_command_that_trains_or_runs_graphs_takes_precision():
 
 
 def test_configs_check_precision_and_resume_older_runs():
-    from glomo_tf import pretraining, sentence_pretraining
-    from glomo_tf.experiments import TransferConfig
+    from glomo_tf.experiments import pretraining, sentence_pretraining
+    from glomo_tf.experiments.transfer import TransferConfig
 
     for config in (pretraining.PretrainingConfig(output_dir="x", train=["a"], precision="half"),
                    sentence_pretraining.SentencePretrainingConfig(output_dir="x", train=["a"],
@@ -167,7 +167,7 @@ def test_export_in_bfloat16_serves_float32_outputs_close_to_float32(run_dir, tmp
 
 
 def test_demo_model_in_bfloat16_trains_as_a_tf_function():
-    from glomo_tf import demo
+    from glomo_tf.experiments import demo
 
     model = demo.build_model(20, precision="mixed_bfloat16")
     assert model.compute_dtype == "bfloat16" and model.graph_predictor.compute_dtype == "bfloat16"

@@ -338,7 +338,7 @@ def test_a_run_on_a_given_vocabulary_holds_that_tokenizer(tmp_path, corpus):
 
 
 def test_run_directories_from_before_entmax_alpha_resume_at_its_default():
-    from glomo_tf import pretraining
+    from glomo_tf.experiments import pretraining
 
     current = {"entmax_alpha": 1.5, "epochs": 3}
     pretraining.check_resumable({"epochs": 1}, current)

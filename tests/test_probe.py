@@ -10,7 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from glomo_tf import GraphPredictor, SentencePretrainer, probe
+from glomo_tf import GraphPredictor, SentencePretrainer
+from glomo_tf.experiments import probe
 from glomo_tf.data import sentences
 from glomo_tf.data.vocabulary import Tokenizer
 

@@ -117,7 +117,7 @@ def test_training_passages_hold_the_training_articles_only(reading_task, tmp_pat
     every training question's passage, no development or test passage."""
     import importlib.util
 
-    from glomo_tf import reading
+    from glomo_tf.experiments import reading
     from glomo_tf.data import squad
 
     root, _ = reading_task
@@ -136,7 +136,7 @@ def test_training_passages_hold_the_training_articles_only(reading_task, tmp_pat
 
 
 def test_a_test_file_is_the_test_split_and_the_training_file_splits_90_10(tmp_path):
-    from glomo_tf import reading
+    from glomo_tf.experiments import reading
     from glomo_tf.data import squad
 
     planted_squad(tmp_path / "train.json", articles=10, seed=1)

@@ -117,7 +117,7 @@ def test_diagnostics_tables_match_the_recorded_runs():
 
 def test_the_recorded_demo_is_the_default_run():
     """The recorded run used the demo's current settings (a changed default needs a re-run)."""
-    from glomo_tf import demo
+    from glomo_tf.experiments import demo
 
     metrics = load("demo.json")
     model = {k: v for k, v in metrics["model"].items() if k != "parameters"}
@@ -705,7 +705,7 @@ def test_precision_figures_come_from_the_recorded_runs():
 def test_the_recorded_bfloat16_demo_is_the_default_run_in_bfloat16():
     """The bfloat16 demo ran the demo's current settings, and recovers the planted edges as the
     issue's parity bar asks (best head at least 0.95 in each direction)."""
-    from glomo_tf import demo
+    from glomo_tf.experiments import demo
 
     metrics = load("demo_bfloat16.json")
     assert {k: v for k, v in metrics["model"].items() if k != "parameters"} == demo.MODEL
@@ -1081,7 +1081,7 @@ def test_mrpc_figures_come_from_their_json_and_the_data():
     import numpy as np
 
     from glomo_tf.data.pairs import load_mrpc
-    from glomo_tf.experiments import pair_splits
+    from glomo_tf.experiments.transfer import pair_splits
 
     text = " ".join(doc.split())
     mrpc = load("mrpc_results.json")

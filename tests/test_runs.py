@@ -1,4 +1,4 @@
-"""Run directories (``glomo_tf.runs``): what ``glomo pretrain`` and ``glomo sentence-pretrain``
+"""Run directories (``glomo_tf.experiments.runs``): what ``glomo pretrain`` and ``glomo sentence-pretrain``
 both do when they open one: resume only a run that has a checkpoint, refuse other settings, and
 write ``config.json`` on the chief worker only."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from glomo_tf.runs import open_run_directory, refuse_changed_settings, resuming
+from glomo_tf.experiments.runs import open_run_directory, refuse_changed_settings, resuming
 
 WORKER_1 = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker",
                                                                        "index": 1}})

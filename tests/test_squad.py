@@ -295,7 +295,7 @@ def test_answer_graph_rows_list_each_answer_units_strongest_sources():
     """answer_graph_rows: for each answer unit, the sources of the first layer's heads averaged,
     strongest first (NumPy from the predictor's graphs), as words of the passage."""
     from glomo_tf import GraphPredictor
-    from glomo_tf.reading import answer_graph_rows
+    from glomo_tf.experiments.reading import answer_graph_rows
 
     context = "alpha beta gamma delta epsilon zeta"
     tokenizer = Tokenizer.build([context, "which"])

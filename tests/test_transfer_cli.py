@@ -8,7 +8,7 @@ import pytest
 from _run_dirs import pretrained_run
 from glomo_tf import cli, evaluation
 from glomo_tf.evaluation import paired_t, summarize
-from glomo_tf.experiments import splits
+from glomo_tf.experiments.transfer import splits
 
 FILLER = "the a film movie story actor plot scene was is and of it this that very quite".split()
 CLASS_WORDS = {"neg": "awful", "pos": "great"}
@@ -306,7 +306,7 @@ def test_init_embeddings_start_every_variant_from_the_predictors_table(task, cap
     from there; a width other than the predictor's is one line before any training."""
     import keras
 
-    from glomo_tf.experiments import TransferConfig, _load_pretrained, initial_embeddings
+    from glomo_tf.experiments.transfer import TransferConfig, _load_pretrained, initial_embeddings
     from glomo_tf.models.classifier import build_classifier
     from glomo_tf.models.pair_classifier import build_pair_classifier
     from glomo_tf.models.reader import build_reader

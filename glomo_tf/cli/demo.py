@@ -1,10 +1,10 @@
-"""``glomo demo``: :func:`glomo_tf.demo.run_demo` on the built-in planted corpus, and its report."""
+"""``glomo demo``: :func:`glomo_tf.experiments.demo.run_demo` on the built-in planted corpus, and its report."""
 
 import os
 
 from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
                                  add_verbose_argument, resolve_verbose)
-from glomo_tf.demo import DEFAULTS, QUICK, format_report, run_demo
+from glomo_tf.experiments.demo import DEFAULTS, QUICK, format_report, run_demo
 
 DESCRIPTION = ("Pretrain on the built-in planted corpus and check that the graphs find the plants. "
                "Writes metrics.json and graphs.png.")

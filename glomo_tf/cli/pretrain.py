@@ -1,12 +1,12 @@
-"""``glomo pretrain``: the flags of :class:`glomo_tf.pretraining.PretrainingConfig`, then
-:func:`glomo_tf.pretraining.run_pretraining`."""
+"""``glomo pretrain``: the flags of :class:`glomo_tf.experiments.pretraining.PretrainingConfig`, then
+:func:`glomo_tf.experiments.pretraining.run_pretraining`."""
 
 import dataclasses
 
 from glomo_tf import hparams
 from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
                                  add_verbose_argument, resolve_verbose)
-from glomo_tf.pretraining import (OPTIMIZERS, SCHEDULES, SPLITTERS, PretrainingConfig,
+from glomo_tf.experiments.pretraining import (OPTIMIZERS, SCHEDULES, SPLITTERS, PretrainingConfig,
                                   run_pretraining)
 
 D = PretrainingConfig(output_dir="")  # the defaults

@@ -1,11 +1,11 @@
-"""``glomo probe``: the flags of :class:`glomo_tf.probe.ProbeConfig`, then
-:func:`glomo_tf.probe.run_probe`."""
+"""``glomo probe``: the flags of :class:`glomo_tf.experiments.probe.ProbeConfig`, then
+:func:`glomo_tf.experiments.probe.run_probe`."""
 
 import dataclasses
 
 from glomo_tf import hparams
 from glomo_tf.cli.common import HelpFormatter
-from glomo_tf.probe import ProbeConfig, run_probe
+from glomo_tf.experiments.probe import ProbeConfig, run_probe
 
 D = ProbeConfig()  # the defaults
 DESCRIPTION = ("SentEval's protocol on frozen sentence vectors: logistic regression, 10-fold "

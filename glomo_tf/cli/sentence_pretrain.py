@@ -1,6 +1,6 @@
 """``glomo sentence-pretrain``: the flags of
-:class:`glomo_tf.sentence_pretraining.SentencePretrainingConfig`, then
-:func:`glomo_tf.sentence_pretraining.run_sentence_pretraining`."""
+:class:`glomo_tf.experiments.sentence_pretraining.SentencePretrainingConfig`, then
+:func:`glomo_tf.experiments.sentence_pretraining.run_sentence_pretraining`."""
 
 import dataclasses
 
@@ -8,7 +8,7 @@ from glomo_tf import hparams
 from glomo_tf.cli.common import (HelpFormatter, UsageError, add_precision_argument,
                                  add_verbose_argument, resolve_verbose)
 from glomo_tf.data.sentences import CORPUS_FORMATS
-from glomo_tf.sentence_pretraining import SentencePretrainingConfig, run_sentence_pretraining
+from glomo_tf.experiments.sentence_pretraining import SentencePretrainingConfig, run_sentence_pretraining
 
 D = SentencePretrainingConfig(output_dir="")  # the defaults
 DESCRIPTION = ("Self-supervised sentence encoders (Quick Thoughts, Self Prediction, "

@@ -1,7 +1,7 @@
 """``glomo transfer``: text classification with and without transferred GLoMo graphs.
 
-The flags of :class:`glomo_tf.experiments.TransferConfig`, then
-:func:`glomo_tf.experiments.run_transfer`. It trains the classifier variants of
+The flags of :class:`glomo_tf.experiments.transfer.TransferConfig`, then
+:func:`glomo_tf.experiments.transfer.run_transfer`. It trains the classifier variants of
 :mod:`glomo_tf.models.classifier` (``baseline``, ``glomo_embeddings``, ``glomo_rnn``,
 ``uniform``, and the related models ``cn3`` and ``shared_private``) on a labelled dataset for
 several seeds, with ``model.fit`` (early stopping on validation accuracy, best weights restored),
@@ -46,7 +46,7 @@ report the F1 of the second class (MRPC: paraphrase), SNLI the accuracy on its h
 Reading comprehension (``squad``) runs the BiDAF-style reader of :mod:`glomo_tf.models.reader`
 on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by article;
 ``--file`` / ``--test-file`` for your own), passages cut to ``--max-length`` units (use about
-300), and reports SQuAD's exact match and F1 (:mod:`glomo_tf.reading`)::
+300), and reports SQuAD's exact match and F1 (:mod:`glomo_tf.experiments.reading`)::
 
     glomo transfer --run runs/books --dataset squad --max-length 300 --graph-cache \
         --seeds 0 1 2 3 4 --output-dir runs/books/squad
@@ -59,7 +59,7 @@ import os
 from glomo_tf import hparams
 from glomo_tf.cli.common import (HelpFormatter, add_precision_argument, add_pretrained_arguments,
                                  add_verbose_argument, pretrained_paths, resolve_verbose)
-from glomo_tf.experiments import DATASETS, SPLITS, TransferConfig, run_transfer
+from glomo_tf.experiments.transfer import DATASETS, SPLITS, TransferConfig, run_transfer
 
 D = TransferConfig(dataset="", output_dir="")  # the defaults
 

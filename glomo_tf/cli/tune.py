@@ -1,7 +1,7 @@
 """``glomo tune``: search context length, heads, layers, threshold and learning rate with KerasTuner.
 
-The flags of :class:`glomo_tf.tuning.search.SearchConfig`, then
-:func:`glomo_tf.tuning.search.run_search`.
+The flags of :class:`glomo_tf.experiments.search.SearchConfig`, then
+:func:`glomo_tf.experiments.search.run_search`.
 
 Every trial pretrains a :class:`~glomo_tf.GlomoPretrainer` and is scored by
 ``val_first_unit_loss``, the cross-entropy of the first predicted unit only (``x_{t+1}`` forward,
@@ -30,7 +30,7 @@ Examples::
 
 from glomo_tf.cli.common import (HelpFormatter, UsageError, add_verbose_argument,
                                  resolve_verbose)
-from glomo_tf.tuning.search import PLANTED_WINDOW, TEXT_WINDOW, SearchConfig, run_search
+from glomo_tf.experiments.search import PLANTED_WINDOW, TEXT_WINDOW, SearchConfig, run_search
 
 D = SearchConfig()  # the defaults
 

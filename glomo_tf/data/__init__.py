@@ -27,7 +27,7 @@ _PUBLIC = {
         "image_chance_level", "image_edge_recovery", "image_positional_baseline",
         "image_recovery_report", "load_cifar10", "load_digits_images"),
     "glomo_tf.data.graph_cache": (
-        "GraphCache", "GraphFedModel", "batch_of", "cached_training_batches", "compute_graphs",
+        "GraphCache", "batch_of", "cached_training_batches", "compute_graphs",
         "with_graphs"),
 }
 _MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}

@@ -298,7 +298,7 @@ def parent_agreement(forward_graphs, lengths, token_lists, max_offset=None):
     Returns:
         A JSON-able dict: ``units`` (how many units counted); ``per_head`` (``[L][H]`` nested
         lists of agreeing shares); ``best_head`` (``{"layer", "head", "share"}``, layers and
-        heads numbered from 1 as in :func:`glomo_tf.demo.recovery_report`, the first on ties);
+        heads numbered from 1 as in :func:`glomo_tf.experiments.demo.recovery_report`, the first on ties);
         ``heads_averaged`` (per layer, the share of the graph averaged over heads);
         ``best_heads_averaged`` (``{"layer", "share"}``, the best layer of those); ``offset_rules``
         (``{k: share}`` for ``k = 1..max_offset``, int keys: the share of units whose parent is

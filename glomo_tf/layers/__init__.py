@@ -4,6 +4,7 @@ from glomo_tf.layers.context_decoder import ContextDecoder
 from glomo_tf.layers.conv_encoder import CausalConvEncoder
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
+from glomo_tf.layers.graph_input import GraphInput
 from glomo_tf.layers.graph_mixture import GraphMixture
 from glomo_tf.layers.graph_predictor import CoupledGraphPredictor, GraphPredictor, graph_predictor
 from glomo_tf.layers.graph_predictor_2d import GraphPredictor2D
@@ -13,7 +14,7 @@ from glomo_tf.layers.related import (ContextualizedNonLocal, LinearChainCRF, Ord
                                      SentenceEncoder, SharedPrivateRNN)
 
 __all__ = ["CausalConvEncoder", "ContextDecoder", "ContextualizedNonLocal",
-           "CoupledGraphPredictor", "FeaturePredictor", "GlomoTransfer", "GraphMixture",
-           "GraphPredictor", "GraphPredictor2D", "GraphScorer", "LinearChainCRF", "LiveRowHinge",
-           "MaskedConv2D", "OrderedMemory", "SentenceEncoder", "SharedPrivateRNN",
+           "CoupledGraphPredictor", "FeaturePredictor", "GlomoTransfer", "GraphInput",
+           "GraphMixture", "GraphPredictor", "GraphPredictor2D", "GraphScorer", "LinearChainCRF",
+           "LiveRowHinge", "MaskedConv2D", "OrderedMemory", "SentenceEncoder", "SharedPrivateRNN",
            "graph_predictor"]

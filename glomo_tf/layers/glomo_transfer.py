@@ -73,7 +73,7 @@ class GlomoTransfer(keras.layers.Layer):
 
     Graphs computed once: a frozen predictor's graphs depend only on the token ids, so a
     downstream ``fit`` need not recompute them every epoch:
-    :class:`glomo_tf.data.graph_cache.GraphFedModel` trains a model built on token ids from
+    :class:`glomo_tf.models.GraphFedModel` trains a model built on token ids from
     cached graphs, by calling its layers with ``[features, graphs]`` (``fine_tune=True`` keeps
     the online path).
 

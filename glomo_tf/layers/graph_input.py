@@ -31,6 +31,14 @@ class GraphInput:
     Attributes:
         form: one of :data:`FORMS`.
         parts: the tensors (or shapes): one, or ``(indices, weights)`` for ``"top_k"``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> graphs = GraphInput.parse((np.zeros((1, 2, 3, 4, 5, 2), "int32"),
+    ...                            np.zeros((1, 2, 3, 4, 5, 2), "float32")))
+    >>> graphs.form, graphs.layers_heads
+    ('top_k', (3, 4))
     """
 
     form: str

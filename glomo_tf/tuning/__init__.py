@@ -1,7 +1,7 @@
 """KerasTuner support: search GLoMo pretraining settings with an objective comparable across ``D``.
 
 Needs the ``tune`` extra (``pip install -e ".[tune]"``, keras-tuner). See
-:mod:`glomo_tf.tuning.hypermodel`, and :mod:`glomo_tf.tuning.search` for the search that
+:mod:`glomo_tf.tuning.hypermodel`, and :mod:`glomo_tf.experiments.search` for the search that
 ``glomo tune`` runs. The names below are loaded on first use, so ``glomo`` and its other commands work without
 keras-tuner installed.
 """

@@ -14,7 +14,7 @@ import sys
 from typing import Optional
 
 from glomo_tf import hparams
-from glomo_tf.runs import refuse_changed_settings
+from glomo_tf.experiments.runs import refuse_changed_settings
 
 # Settings that may change when resuming a search (everything else must match).
 RESUMABLE = ("max_trials", "overwrite", "verbose")
@@ -118,7 +118,7 @@ def planted_data(s):
     import tensorflow as tf
 
     from glomo_tf.data import planted
-    from glomo_tf.demo import CORPUS
+    from glomo_tf.experiments.demo import CORPUS
     corpus_args = {**CORPUS, "seq_len": s.window}
     try:
         train = planted.builtin_corpus("train", **corpus_args)

@@ -27,7 +27,7 @@ from glomo_tf.precision import check_precision, precision_scope
 
 # Sentence-pair tasks (glomo_tf.models.build_pair_classifier; glomo_tf.data.pairs).
 PAIR_DATASETS = ("sick", "mrpc", "snli", "pairs")
-# Reading comprehension (glomo_tf.reading; glomo_tf.models.build_reader; glomo_tf.data.squad).
+# Reading comprehension (glomo_tf.experiments.reading; glomo_tf.models.build_reader; glomo_tf.data.squad).
 READING_DATASETS = ("squad",)
 DATASETS = (("mr", "subj", "sst2", "sst5", "file", "listops", "imdb", "sst2_tfds") + PAIR_DATASETS
             + READING_DATASETS)
@@ -274,7 +274,7 @@ def train_and_evaluate(model, train, validation, test, *, learning_rate=1e-3, pa
 
     ``graphs``: None (the model runs its GLoMo layers' predictor on every batch), or a dict
     ``{"cache": GraphCache of the training ids, "predictor": ..., "top_k": ...}``: the model is
-    then trained and evaluated through a :class:`~glomo_tf.data.graph_cache.GraphFedModel`,
+    then trained and evaluated through a :class:`~glomo_tf.models.GraphFedModel`,
     reading the cached training graphs and the validation and test graphs computed once."""
     import keras
 
@@ -309,8 +309,9 @@ def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learni
     import keras
 
     from glomo_tf.data import graph_cache
+    from glomo_tf.models import GraphFedModel
 
-    fed = graph_cache.GraphFedModel(model)
+    fed = GraphFedModel(model)
     fed.compile(optimizer=keras.optimizers.Adam(learning_rate),
                 loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
@@ -386,7 +387,7 @@ def run_transfer(config, record=None):
         if config.dataset in PAIR_DATASETS:
             return _run_pair_transfer(config, record)
         if config.dataset in READING_DATASETS:
-            from glomo_tf.reading import run_reading
+            from glomo_tf.experiments.reading import run_reading
 
             return run_reading(config, record)
         return _run_transfer(config, record)

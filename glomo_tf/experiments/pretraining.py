@@ -28,7 +28,7 @@ from typing import Optional
 
 from glomo_tf import hparams
 from glomo_tf.precision import check_precision, precision_scope
-from glomo_tf.runs import open_run_directory, refuse_changed_settings, resuming
+from glomo_tf.experiments.runs import open_run_directory, refuse_changed_settings, resuming
 
 _MODEL = hparams.PRETRAIN_COMMAND
 # GlomoPretrainer.from_sizes' arguments among the settings (initial_threshold keeps its default).

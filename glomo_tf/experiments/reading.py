@@ -244,10 +244,10 @@ def passage_graph_cache(predictor, tokenizer, contexts, max_length):
 
 
 def run_reading(config, record):
-    """The comparison of :func:`glomo_tf.experiments.run_transfer` for ``--dataset squad``."""
+    """The comparison of :func:`glomo_tf.experiments.transfer.run_transfer` for ``--dataset squad``."""
     import keras
 
-    from glomo_tf import experiments
+    from glomo_tf.experiments import transfer as experiments
     from glomo_tf.models.reader import build_reader
 
     questions, test_questions = load_reading_task(config)

@@ -11,7 +11,7 @@ the command runs. A run lives in one output directory, like ``glomo pretrain``'s
     RUN/metrics.json                 steps, final losses per objective, sentences/s, wall time
 
 Running the same command again resumes from the newest checkpoint with the same batches: each
-epoch's order is a function of the seed and the epoch (:func:`glomo_tf.pretraining.epoch_stream`)
+epoch's order is a function of the seed and the epoch (:func:`glomo_tf.experiments.pretraining.epoch_stream`)
 and the batches already trained on are skipped.
 """
 
@@ -23,7 +23,7 @@ from typing import Optional
 
 from glomo_tf import hparams
 from glomo_tf.precision import check_precision, precision_scope
-from glomo_tf.runs import open_run_directory, refuse_changed_settings
+from glomo_tf.experiments.runs import open_run_directory, refuse_changed_settings
 
 MODEL_FILE = "sentence_pretrainer.keras"
 # Settings that may change between a run and its resumption.
@@ -162,7 +162,7 @@ def _train(s, run_dir):
     from glomo_tf import training
     from glomo_tf.data.sentences import mask_id
     from glomo_tf.models.sentence_pretrainer import SentencePretrainer
-    from glomo_tf.pretraining import epoch_stream
+    from glomo_tf.experiments.pretraining import epoch_stream
     from glomo_tf.saving import load_graph_predictor
 
     started = time.perf_counter()
