@@ -262,31 +262,19 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        scorer = self.scorer.get_config()
         config.update({
             "vocabulary_size": self.vocabulary_size,
             "hidden_dim": self.hidden_dim,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "head_dim": self.head_dim,
             "conv_layers": self.conv_layers,
             "kernel_size": self.kernel_size,
             "dropout": self.dropout,
-            "threshold": self.threshold,
-            "normalization": self.normalization,
-            "entmax_alpha": self.entmax_alpha,
+            **self.scorer_config(),
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
-            "kernel_initializer": scorer["kernel_initializer"],
-            "threshold_initializer": scorer["threshold_initializer"],
             "embeddings_regularizer": keras.regularizers.serialize(self.embeddings_regularizer),
-            "kernel_regularizer": scorer["kernel_regularizer"],
-            "live_row_regularizer": scorer["live_row_regularizer"],
         })
-        # The sub-layers' own settings, kept only where they differ from their defaults.
+        # The encoder's momentum, kept only where it differs from its default.
         if self.encoder.momentum != 0.9:
             config["momentum"] = self.encoder.momentum
-        if self.scorer.epsilon != 1e-16:
-            config["epsilon"] = self.scorer.epsilon
         return config
 
     @classmethod

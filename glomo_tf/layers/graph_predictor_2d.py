@@ -200,23 +200,13 @@ class GraphPredictor2D(ScorerSettings, keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        scorer = self.scorer.get_config()
         config.update({
             "hidden_dim": self.hidden_dim,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "head_dim": self.head_dim,
             "conv_layers": self.conv_layers,
             "kernel_size": self.kernel_size,
-            "threshold": self.threshold,
-            "normalization": self.normalization,
-            "entmax_alpha": self.entmax_alpha,
             "momentum": self.momentum,
-            **{key: scorer[key] for key in ("kernel_initializer", "threshold_initializer",
-                                            "kernel_regularizer", "live_row_regularizer")},
+            **self.scorer_config(),
         })
-        if self.scorer.epsilon != 1e-16:
-            config["epsilon"] = self.scorer.epsilon
         return config
 
     @classmethod

@@ -69,6 +69,16 @@ class ScorerSettings:
                            threshold, normalization, entmax_alpha, dtype=self.dtype_policy,
                            trainable=self.trainable, name="scorer", **weights_options)
 
+    def scorer_config(self):
+        """The scorer's settings as the layer's config holds them (``epsilon`` only where it
+        differs from its default)."""
+        config = self.scorer.get_config()
+        keys = ("num_layers", "num_heads", "head_dim", "threshold", "normalization",
+                "entmax_alpha", "kernel_initializer", "threshold_initializer",
+                "kernel_regularizer", "live_row_regularizer")
+        return {key: config[key] for key in keys + (("epsilon",) if self.scorer.epsilon != 1e-16
+                                                     else ())}
+
     @staticmethod
     def deserialized(config):
         """``config`` with its initializers, regularizers and dtype policy as objects."""
