@@ -161,3 +161,25 @@ def test_keras_tuner_outside_notebooks_prints_plain_lines(capsys):
     capsys.readouterr()
     kt_utils.try_clear()
     assert "\x1b" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- run_functional_graph
+def test_run_functional_graph_reruns_the_layers_with_inputs_of_our_choosing():
+    """The functional graph re-run on new inputs, the same layer objects, one of them handed an
+    extra input the model does not have: the outputs of the changed call."""
+    ids = keras.Input((3,))
+    dense = keras.layers.Dense(2, name="dense")
+    add = keras.layers.Add(name="add")
+    model = keras.Model(ids, add([dense(ids), dense(ids)]))
+    new_ids, extra = keras.Input((3,)), keras.Input((2,))
+
+    def call(layer, *args, **kwargs):
+        if layer is add:
+            return layer([args[0][0], extra], **kwargs)
+        return layer(*args, **kwargs)
+
+    rerun = keras.Model([new_ids, extra],
+                        _keras_private.run_functional_graph(model, new_ids, call))
+    x, e = np.ones((1, 3), "float32"), np.full((1, 2), 5.0, "float32")
+    np.testing.assert_allclose(rerun([x, e]), dense(x) + e, rtol=1e-6)
+    assert rerun.get_layer("dense") is dense  # shared, not copied
