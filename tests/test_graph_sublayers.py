@@ -127,6 +127,23 @@ def test_constructor_arguments_within_twelve():
         assert len(args) <= 12, f"{name} takes {len(args)} arguments: {args}"
 
 
+def test_layer_classes_and_methods_stay_small():
+    """No class over 350 lines and no function over 60 in glomo_tf/layers/ (the sizes at which
+    a layer is better split into sub-layers)."""
+    import ast
+    import glob
+
+    for path in glob.glob(os.path.join(REPO, "glomo_tf", "layers", "**", "*.py"), recursive=True):
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        for node in ast.walk(tree):
+            size = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, ast.ClassDef):
+                assert size <= 350, f"{path}: class {node.name} has {size} lines"
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert size <= 60, f"{path}: {node.name} has {size} lines"
+
+
 # ---------------------------------------------------------------------------- earlier files
 def legacy_weights(path, group):
     """The arrays of ``group`` (``layers/<name>/vars``) in a .keras file, read with h5py."""
