@@ -1233,31 +1233,50 @@ def test_books_entmax15_sentence_comes_from_its_json():
 
 
 def test_squad_init_seeds_sentence_comes_from_its_json():
-    """The SQuAD reader over seeds 0-2: means per variant and the learned graphs' paired margin
-    over the uniform graph, seed by seed, recomputed from the runs."""
+    """The SQuAD reader over seeds 0-4: means per variant and the learned graphs' paired margin
+    over the uniform graph, seed by seed, recomputed from the runs, with the paired tests."""
+    from glomo_tf import evaluation
+
     doc = page("docs/results/where-graphs-pay.md")
     recorded = load("squad_init_seeds.json")
-    runs = {(r["variant"], r["seed"]): r for part in ("baseline", "glomo_variants")
-            for r in recorded[part]["runs"]}
-    seeds = sorted({seed for _, seed in runs})
-    assert seeds == [0, 1, 2] and len(runs) == 9
+    runs = [r for part in ("baseline", "glomo_variants") for r in recorded[part]["runs"]]
+    by = {(r["variant"], r["seed"]): r for r in runs}
+    seeds = sorted({seed for _, seed in by})
+    assert seeds == [0, 1, 2, 3, 4] and len(by) == 15
     for part in ("baseline", "glomo_variants"):
         config = recorded[part]["config"]
         assert config["init_embeddings"] == "predictor" and config["embedding_dim"] == 128
 
     def mean(variant, metric):
-        return 100 * sum(runs[variant, s][metric] for s in seeds) / len(seeds)
+        return 100 * sum(by[variant, s][metric] for s in seeds) / len(seeds)
+
+    def paired(variant, reference, metric):
+        result = evaluation.paired_comparison(
+            evaluation.per_seed_accuracy(runs, variant, metric),
+            evaluation.per_seed_accuracy(runs, reference, metric))
+        assert result == recorded["paired"][metric][f"{variant} - {reference}"]
+        return result
 
     text = " ".join(doc.split())
-    figure = (f"the GLoMo reader averages test exact match / F1 {mean('glomo_rnn', 'exact_match'):.2f}"
-              f" / {mean('glomo_rnn', 'f1'):.2f}, the uniform graph "
-              f"{mean('uniform', 'exact_match'):.2f} / {mean('uniform', 'f1'):.2f} and the "
-              f"baseline {mean('baseline', 'exact_match'):.2f} / {mean('baseline', 'f1'):.2f}")
+    figure = (f"over seeds 0-4 the GLoMo reader averages test exact match / F1 "
+              f"{mean('glomo_rnn', 'exact_match'):.2f} / {mean('glomo_rnn', 'f1'):.2f}, the "
+              f"uniform graph {mean('uniform', 'exact_match'):.2f} / {mean('uniform', 'f1'):.2f} "
+              f"and the baseline {mean('baseline', 'exact_match'):.2f} / "
+              f"{mean('baseline', 'f1'):.2f}")
     assert figure in text, f"page lacks: {figure}"
-    margins = [100 * (runs["glomo_rnn", s]["exact_match"] - runs["uniform", s]["exact_match"])
+    em, f1 = paired("glomo_rnn", "uniform", "exact_match"), paired("glomo_rnn", "uniform", "f1")
+    margins = [100 * (by["glomo_rnn", s]["exact_match"] - by["uniform", s]["exact_match"])
                for s in seeds]
-    f1 = [100 * (runs["glomo_rnn", s]["f1"] - runs["uniform", s]["f1"]) for s in seeds]
-    assert all(m > 0 for m in margins)
-    figure = (f"by {', '.join(f'{m:+.2f}' for m in margins[:-1])} and {margins[-1]:+.2f} exact "
-              f"match (mean {sum(margins) / 3:+.2f}; F1 mean {sum(f1) / 3:+.2f})")
+    figure = (f"The learned graphs beat the uniform graph on {em['wins']} of the {em['seeds']} "
+              f"seeds, by {', '.join(f'{m:+.2f}' for m in margins[:-1])} and {margins[-1]:+.2f}"
+              f" exact match (mean {100 * em['mean_difference']:+.2f}, p {em['p']:.2f}; F1 mean "
+              f"{100 * f1['mean_difference']:+.2f}, p {f1['p']:.2f})")
+    assert figure in text, f"page lacks: {figure}"
+    fused = [paired(v, "baseline", "exact_match") for v in ("glomo_rnn", "uniform")]
+    figure = (f"Both fused readers lead the baseline ({100 * fused[0]['mean_difference']:+.2f} "
+              f"and {100 * fused[1]['mean_difference']:+.2f} exact match, p "
+              f"{fused[0]['p']:.2f} and {fused[1]['p']:.2f})")
+    assert figure in text, f"page lacks: {figure}"
+    baseline = [100 * by["baseline", s]["exact_match"] for s in seeds]
+    figure = f"the baseline's seeds range from {min(baseline):.2f} to {max(baseline):.2f}"
     assert figure in text, f"page lacks: {figure}"
