@@ -79,6 +79,7 @@ def predict_graphs(model, images, batch_size=64):
 
 
 def run_planted(sizes, seed=0):
+    from glomo_tf import evaluation
     from glomo_tf.data import images as image_data
 
     train = image_data.builtin_planted_images("train", sizes["planted_train"], **PLANTED_CORPUS)
@@ -91,7 +92,7 @@ def run_planted(sizes, seed=0):
                               targets=train.levels[..., None].astype("int32"))
     seconds = time.time() - start
     graphs = predict_graphs(model, test.one_hot())
-    report = image_data.image_recovery_report(graphs, test)
+    report = evaluation.image_recovery_report(graphs, test)
     return {"corpus": dict(PLANTED_CORPUS, train_images=len(train.levels),
                            test_images=len(test.levels), levels=train.vocabulary.size),
             "model": dict(PLANTED_MODEL, levels=levels, parameters=int(model.count_params())),

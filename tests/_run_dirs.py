@@ -8,7 +8,7 @@ returns ``(tokenizer, predictor)``.
 
 import keras
 
-from glomo_tf import GraphPredictor, save_graph_predictor
+from glomo_tf import save_graph_predictor
 from glomo_tf.layers import graph_predictor
 from glomo_tf.data.vocabulary import Tokenizer
 

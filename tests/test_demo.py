@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from glomo_tf import cli
+from glomo_tf import cli, evaluation
 from glomo_tf.experiments import demo
 from glomo_tf.data import planted
 
@@ -24,8 +24,8 @@ def test_quick_demo_writes_metrics_and_figure(tmp_path, capsys):
         assert handle.read(8) == PNG_SIGNATURE
     # The baselines in the report are those of the held-out corpus, recomputed here.
     test = planted.builtin_corpus("test", demo.QUICK["test_windows"], **demo.CORPUS)
-    bound = planted.positional_baseline(test.edges)
-    chance = planted.chance_level(test.edges, test.token_ids != 0)
+    bound = evaluation.positional_baseline(test.edges)
+    chance = evaluation.chance_level(test.edges, test.token_ids != 0)
     for name in planted.DIRECTIONS:
         report = metrics["recovery"][name]
         assert report["positional_baseline"] == bound[name]
@@ -86,7 +86,7 @@ def test_recovery_report_of_the_planted_graph_and_of_a_positional_graph():
     graphs = np.zeros((n, 2, 2, 3, t, t), np.float32)
     e = corpus.edges
     graphs[e[:, 0], e[:, 1], 1, 2, e[:, 2], e[:, 3]] = 1.0  # layer 2, head 3 is the planted graph
-    offset = planted.positional_baseline(e)["forward"]["offset"]
+    offset = evaluation.positional_baseline(e)["forward"]["offset"]
     for r in range(-offset, t):  # layer 1, head 1: the best fixed offset, forward only
         graphs[:, 0, 0, 0, r, r + offset] = 1.0
     report = demo.recovery_report(graphs, corpus)

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from glomo_tf import GraphPredictor, ops
 from glomo_tf.layers import graph_predictor
-from glomo_tf.layers.graph_predictor import BATCH_NORM_EPSILON, batch_norm_affine
+from glomo_tf.layers.conv_encoder import BATCH_NORM_EPSILON, batch_norm_affine
 
 IDS = np.array([[5, 3, 9, 1, 7, 2, 4, 8],
                 [8, 2, 6, 11, 14, 0, 0, 0],  # trailing padding

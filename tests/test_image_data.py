@@ -6,10 +6,10 @@ import pytest
 import tensorflow_datasets as tfds
 
 from glomo_tf.data import images as image_data
-from glomo_tf.data.images import (generate_planted_images, image_chance_level,
-                                  image_edge_recovery, image_positional_baseline,
-                                  image_recovery_report, key_readers, load_cifar10,
+from glomo_tf.data.images import (generate_planted_images, key_readers, load_cifar10,
                                   load_digits_images)
+from glomo_tf.evaluation import (image_chance_level, image_edge_recovery,
+                                 image_positional_baseline, image_recovery_report)
 
 
 def test_digits_come_scaled_with_their_levels():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from glomo_tf import evaluation
 from glomo_tf.data import planted
 
 
@@ -72,7 +73,7 @@ def test_random_key_rule_counts_the_keys_on_the_admissible_side():
     ids[0, [1, 3, 8]] = vocab.key(np.array([0, 1, 1]), np.array([0, 2, 1]))
     ids[0, 5] = m
     edges = np.array([[0, 0, 5, 1], [0, 1, 5, 8]], np.int32)
-    chance = planted.same_type_chance(edges, ids, vocab)
+    chance = evaluation.same_type_chance(edges, ids, vocab)
     assert chance == {"forward": pytest.approx(1 / 2), "backward": pytest.approx(1.0)}
 
 
@@ -82,7 +83,7 @@ def test_perfect_graph_recovers_everything_and_empty_rows_miss(corpus):
     e = corpus.edges
     graphs[e[:, 0], e[:, 1], 0, 0, e[:, 2], e[:, 3]] = 0.6
     graphs[e[:, 0], e[:, 1], 0, 0, e[:, 2], np.where(e[:, 1] == 0, 0, t - 1)] += 0.4
-    share = planted.edge_recovery(graphs, e)
+    share = evaluation.edge_recovery(graphs, e)
     assert share.shape == (2, 1, 2)
     np.testing.assert_allclose(share[:, 0, 0], 1.0)
     np.testing.assert_allclose(share[:, 0, 1], 0.0)  # all-zero rows are misses, not argmax 0
@@ -92,7 +93,7 @@ def test_positional_rule_scores_its_bound():
     # Hand-made edges: offsets -3, -3, -5 forward; +2, +4, +4 backward.
     edges = np.array([[0, 0, 10, 7], [0, 0, 20, 17], [1, 0, 9, 4],
                       [0, 1, 7, 9], [0, 1, 17, 21], [1, 1, 4, 8]], np.int32)
-    bound = planted.positional_baseline(edges)
+    bound = evaluation.positional_baseline(edges)
     assert bound["forward"] == {"offset": -3, "share": pytest.approx(2 / 3)}
     assert bound["backward"] == {"offset": 4, "share": pytest.approx(2 / 3)}
     # A graph that always points at t - 3 (forward) and t + 4 (backward) scores exactly that.
@@ -103,14 +104,14 @@ def test_positional_rule_scores_its_bound():
             graphs[:, 0, r, r - 3] = 1.0
         if r + 4 < t:
             graphs[:, 1, r, r + 4] = 1.0
-    np.testing.assert_allclose(planted.edge_recovery(graphs, edges), [2 / 3, 2 / 3])
+    np.testing.assert_allclose(evaluation.edge_recovery(graphs, edges), [2 / 3, 2 / 3])
 
 
 def test_chance_counts_admissible_real_sources():
     edges = np.array([[0, 0, 4, 1], [0, 1, 4, 6]], np.int32)
     mask = np.ones((1, 8), bool)
     mask[0, 7] = False  # padding is not a source
-    chance = planted.chance_level(edges, mask)
+    chance = evaluation.chance_level(edges, mask)
     assert chance["forward"] == pytest.approx(1 / 4)  # s in {0, 1, 2, 3}
     assert chance["backward"] == pytest.approx(1 / 2)  # s in {5, 6}
 

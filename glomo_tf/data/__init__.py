@@ -8,8 +8,7 @@ import importlib
 
 _PUBLIC = {
     "glomo_tf.data.planted": (
-        "PlantedCorpus", "PlantedVocabulary", "builtin_corpus", "chance_level", "edge_recovery",
-        "generate_planted_corpus", "positional_baseline", "same_type_chance"),
+        "PlantedCorpus", "PlantedVocabulary", "builtin_corpus", "generate_planted_corpus"),
     "glomo_tf.data.corpus": (
         "check_vocabulary_matches", "count_undecodable", "pretraining_datasets", "text_lines",
         "tfds_lines", "windows"),
@@ -23,9 +22,8 @@ _PUBLIC = {
     "glomo_tf.data.sentences": (
         "consecutive_sentences", "corrupt", "encode_columns", "read_documents", "with_mask_unit"),
     "glomo_tf.data.images": (
-        "PlantedImages", "builtin_planted_images", "generate_planted_images",
-        "image_chance_level", "image_edge_recovery", "image_positional_baseline",
-        "image_recovery_report", "load_cifar10", "load_digits_images"),
+        "PlantedImages", "builtin_planted_images", "generate_planted_images", "key_readers",
+        "load_cifar10", "load_digits_images"),
     "glomo_tf.data.graph_cache": (
         "GraphCache", "batch_of", "cached_training_batches", "compute_graphs",
         "with_graphs"),

@@ -26,8 +26,9 @@ The other spans' keys are distractors: only the slot tells them apart. The plant
 information lives at the pixels that *read* it with the first masked 3x3 convolution: for the
 forward direction ``k + 1``, ``k + W - 1``, ``k + W``, ``k + W + 1`` (right of and below the key),
 mirrored backward (:func:`key_readers`). An edge is recovered when the strongest source of the
-receiver's row is one of them (:func:`image_edge_recovery`); :func:`image_positional_baseline` is
-the best fixed 2-D offset by the same rule and :func:`image_chance_level` a uniformly random
+receiver's row is one of them (:func:`glomo_tf.evaluation.image_edge_recovery`);
+:func:`~glomo_tf.evaluation.image_positional_baseline` is the best fixed 2-D offset by the same rule
+and :func:`~glomo_tf.evaluation.image_chance_level` a uniformly random
 admissible source.
 
 The images come one-hot (``C`` = number of levels, each channel 0 or 1: ``levels=2`` for the
@@ -233,90 +234,3 @@ def key_readers(key, direction, height, width):
     sign = 1 if direction == FORWARD else -1
     cells = [(r, c + sign)] + [(r + sign, c + dc) for dc in (-1, 0, 1)]
     return [rr * width + cc for rr, cc in cells if 0 <= rr < height and 0 <= cc < width]
-
-
-def _reader_mask(edges, height, width):
-    """bool ``[E, T]``: the readers of each edge's key."""
-    mask = np.zeros((len(edges), height * width), bool)
-    for e, (_, direction, _, key) in enumerate(np.asarray(edges)):
-        mask[e, key_readers(key, direction, height, width)] = True
-    return mask
-
-
-def image_edge_recovery(graphs, corpus):
-    """Share of planted receivers whose strongest source reads the planted key.
-
-    Args:
-        graphs: ``[N, 2, ...extra, T, T]`` (e.g. ``[N, 2, L, K, T, T]``).
-        corpus: the :class:`PlantedImages` the graphs were computed on.
-
-    Returns:
-        ``[2, ...extra]`` shares per direction (NaN for a direction without planted edges).
-    """
-    height, width = corpus.shape
-    rows = planted.planted_rows(graphs, corpus.edges)  # [E, ...extra, T]
-    readers = _reader_mask(corpus.edges, height, width)
-    strongest = np.argmax(rows, axis=-1)  # [E, ...extra]
-    hit = np.take_along_axis(readers, strongest.reshape(len(readers), -1), axis=1)
-    hit = hit.reshape(strongest.shape)
-    return planted.shares_by_direction(hit & (rows.max(axis=-1) > 0), corpus.edges)
-
-
-def image_positional_baseline(corpus):
-    """The best share a fixed 2-D offset rule achieves, per direction.
-
-    A positional rule points every receiver ``(r, c)`` at ``(r + dr, c + dc)``; the best offset,
-    chosen on the corpus itself, is an upper bound for every rule of that kind.
-
-    Returns:
-        ``{"forward": {"offset": [dr, dc], "share": float}, "backward": {...}}``.
-    """
-    height, width = corpus.shape
-    result = {}
-    for direction, name in enumerate(DIRECTIONS):
-        edges = corpus.edges[corpus.edges[:, 1] == direction]
-        counts = {}
-        for _, _, receiver, key in edges:
-            tr, tc = divmod(int(receiver), width)
-            for reader in key_readers(key, direction, height, width):
-                rr, rc = divmod(reader, width)
-                counts[(rr - tr, rc - tc)] = counts.get((rr - tr, rc - tc), 0) + 1
-        if not counts:
-            result[name] = {"offset": None, "share": float("nan")}
-            continue
-        offset = max(sorted(counts), key=counts.get)
-        result[name] = {"offset": list(offset), "share": counts[offset] / len(edges)}
-    return result
-
-
-def image_chance_level(corpus):
-    """Expected share of a uniformly random admissible source (forward ``s < t``, backward
-    ``s > t``): the mean over planted receivers of ``#readers / #admissible``, per direction."""
-    height, width = corpus.shape
-    length = height * width
-    readers = _reader_mask(corpus.edges, height, width).sum(axis=1)
-    receivers = corpus.edges[:, 2]
-    admissible = np.where(corpus.edges[:, 1] == FORWARD, receivers, length - 1 - receivers)
-    share = readers / np.maximum(admissible, 1)
-    return {name: float(share[corpus.edges[:, 1] == z].mean())
-            for z, name in enumerate(DIRECTIONS)}
-
-
-def image_recovery_report(graphs, corpus):
-    """Recovery of ``graphs [N, 2, L, K, T, T]`` on ``corpus``, per direction: the share per
-    (layer, head), the best head, the positional bound and chance (layers, heads from 1)."""
-    per_head = image_edge_recovery(graphs, corpus)  # [2, L, K]
-    positional = image_positional_baseline(corpus)
-    chance = image_chance_level(corpus)
-    report = {}
-    for z, name in enumerate(DIRECTIONS):
-        layer, head = np.unravel_index(int(np.nanargmax(per_head[z])), per_head[z].shape)
-        report[name] = {
-            "planted_edges": int(np.sum(corpus.edges[:, 1] == z)),
-            "share_per_layer_head": np.round(per_head[z], 4).tolist(),
-            "best_head": {"layer": int(layer) + 1, "head": int(head) + 1,
-                          "share": float(per_head[z, layer, head])},
-            "positional_baseline": positional[name],
-            "chance": chance[name],
-        }
-    return report

@@ -282,7 +282,7 @@ def parent_agreement(forward_graphs, lengths, token_lists, max_offset=None):
     read. Ties: the parent must have a positive weight strictly above every other admissible
     source, so a tie at the top (a uniform row, say) and an all-zero row are misses; a unit with
     one admissible source (``t = 1``) agrees when that weight is positive. (This is stricter
-    than :func:`glomo_tf.data.planted.recovery_from_rows`, where ``np.argmax`` breaks ties
+    than :func:`glomo_tf.evaluation.recovery_from_rows`, where ``np.argmax`` breaks ties
     towards the first source.) NaN weights never agree.
 
     Args:

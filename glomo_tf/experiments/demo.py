@@ -102,17 +102,18 @@ def recovery_report(graphs, corpus):
     head-averaged graph per layer, the mean weight the best head puts on the planted source, the
     positional bound and chance. Layers and heads are numbered from 1.
     """
+    from glomo_tf import evaluation
     from glomo_tf.data import planted
 
     edges = corpus.edges
-    per_head = planted.edge_recovery(graphs, edges)  # [2, L, K]
-    head_average = planted.edge_recovery(graphs.mean(axis=3), edges)  # [2, L]
-    rows = planted.planted_rows(graphs, edges)  # [E, L, K, T]
+    per_head = evaluation.edge_recovery(graphs, edges)  # [2, L, K]
+    head_average = evaluation.edge_recovery(graphs.mean(axis=3), edges)  # [2, L]
+    rows = evaluation.planted_rows(graphs, edges)  # [E, L, K, T]
     on_source = np.take_along_axis(rows, edges[:, 3][:, None, None, None], axis=-1)[..., 0]
-    weight = planted.shares_by_direction(on_source, edges)  # [2, L, K]
-    positional = planted.positional_baseline(edges)
-    chance = planted.chance_level(edges, corpus.token_ids != 0)
-    any_key = planted.same_type_chance(edges, corpus.token_ids, corpus.vocabulary)
+    weight = evaluation.shares_by_direction(on_source, edges)  # [2, L, K]
+    positional = evaluation.positional_baseline(edges)
+    chance = evaluation.chance_level(edges, corpus.token_ids != 0)
+    any_key = evaluation.same_type_chance(edges, corpus.token_ids, corpus.vocabulary)
     report = {}
     for z, name in enumerate(planted.DIRECTIONS):
         layer, head = np.unravel_index(int(np.argmax(per_head[z])), per_head[z].shape)
@@ -145,6 +146,7 @@ def planted_value_cross_entropy(model, corpus, batch_size=128):
     import keras
     import tensorflow as tf
 
+    from glomo_tf import evaluation
     from glomo_tf.data import planted
 
     edges = corpus.edges
@@ -164,7 +166,7 @@ def planted_value_cross_entropy(model, corpus, batch_size=128):
         per_unit.append(np.stack(directions, axis=1))
     per_unit = np.concatenate(per_unit)
     on_edges = per_unit[edges[:, 0], edges[:, 1], edges[:, 2]]
-    shares = planted.shares_by_direction(on_edges, edges)
+    shares = evaluation.shares_by_direction(on_edges, edges)
     return {name: round(float(shares[z]), 4) for z, name in enumerate(planted.DIRECTIONS)}
 
 

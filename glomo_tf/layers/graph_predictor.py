@@ -8,8 +8,7 @@ import tensorflow as tf
 from glomo_tf import hparams, ops
 from glomo_tf.hparams import COMPOSITIONS
 from glomo_tf.layers._common import compute_cast, direction_rows
-from glomo_tf.layers.conv_encoder import (BATCH_NORM_EPSILON, CausalConvEncoder,  # noqa: F401
-                                          batch_norm_affine)
+from glomo_tf.layers.conv_encoder import CausalConvEncoder
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.graph_scorer import LiveRowHinge, ScorerSettings
 
