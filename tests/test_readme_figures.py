@@ -1280,3 +1280,25 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
     baseline = [100 * by["baseline", s]["exact_match"] for s in seeds]
     figure = f"the baseline's seeds range from {min(baseline):.2f} to {max(baseline):.2f}"
     assert figure in text, f"page lacks: {figure}"
+    # The table beside the paper's rows: ours from the runs, the paper's from its text.
+    ours = {"here, mean of 5 seeds: baseline (the books predictor's word vectors)": "baseline",
+            "here: GLoMo on RNN states (`glomo_rnn`)": "glomo_rnn",
+            "here: uniform graph": "uniform"}
+    for label, variant in ours.items():
+        row = (f"| {label} | {mean(variant, 'exact_match'):.2f} | {mean(variant, 'f1'):.2f} |")
+        assert row in doc, f"page lacks: {row}"
+    paper_file = os.path.join(REPO, "..", "shared", "papers", "glomo-paper.txt")
+    with open(paper_file, encoding="utf-8") as handle:
+        paper = {line.split("\t")[0]: line.split("\t")[1:3] for line in handle
+                 if line.count("\t") >= 6}
+    rows = {"paper: baseline (GloVe features, no graphs)": "transfer feature only (baseline)",
+            "paper: GLoMo on embeddings": "GLoMo on embeddings",
+            "paper: GLoMo on RNN states": "GLoMo on RNN states",
+            "paper: uniform graph": "uniform graph"}
+    for label, name in rows.items():
+        em_paper, f1_paper = paper[name]
+        assert f"| {label} | {em_paper} | {f1_paper} |" in doc, label
+    lead = float(paper["GLoMo on RNN states"][0]) - float(paper["uniform graph"][0])
+    figure = (f"The paper's learned graphs lead its uniform graph by {lead:+.2f} exact match (RNN "
+              f"states); here they lead by {100 * em['mean_difference']:+.2f}")
+    assert figure in text, f"page lacks: {figure}"
