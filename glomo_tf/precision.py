@@ -22,7 +22,7 @@ def check_precision(precision):
     """Returns ``precision`` if it is one of :data:`~glomo_tf.hparams.PRECISIONS`; raises a
     one-line ``ValueError`` naming the choices otherwise."""
     if precision not in PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got "
+        raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}; got "
                          f"{precision!r}.")
     return precision
 

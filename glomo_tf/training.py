@@ -40,7 +40,7 @@ def make_strategy(name="default", tpu=None):
     if name == "multi-worker":
         if "TF_CONFIG" not in os.environ:
             raise ConfigurationError(
-                "--strategy multi-worker needs the cluster in the TF_CONFIG environment variable, "
+                "`strategy` multi-worker needs the cluster in the TF_CONFIG environment variable, "
                 'e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
                 '"task": {"type": "worker", "index": 0}}\' on each worker.')
         return tf.distribute.MultiWorkerMirroredStrategy()
@@ -51,8 +51,8 @@ def make_strategy(name="default", tpu=None):
             tf.tpu.experimental.initialize_tpu_system(resolver)
         except (ValueError, tf.errors.OpError) as error:
             raise ConfigurationError(
-                f"--strategy tpu found no TPU ({error}). Pass --tpu with the TPU's name or address, "
-                "or choose --strategy default/mirrored.") from None
+                f"`strategy` tpu found no TPU ({error}). Pass `tpu` with the TPU's name or "
+                "address, or choose `strategy` default/mirrored.") from None
         return tf.distribute.TPUStrategy(resolver)
     raise ConfigurationError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
 

@@ -176,3 +176,35 @@ def test_each_command_prints_nothing_on_stderr_on_a_small_real_run(tmp_path):
         if argv[0] == "demo":
             assert "recovery: forward" in proc.stdout
             assert any(line.startswith("3/3 - ") for line in proc.stdout.splitlines())
+
+
+def test_library_errors_name_settings_and_the_command_line_shows_their_flags(capsys):
+    """A library error names the setting in backticks; ``glomo`` prints the flag that sets it
+    (the command's own option for that destination, read from its parser), and a setting the
+    command has no flag for without its backticks."""
+    from glomo_tf import cli
+
+    parser = cli.build_parser()
+    flags = parser.parse_args(["transfer", "--dataset", "mr", "--output-dir", "x"]).flags
+    assert flags["data_dir"] == "--data-dir" and flags["num_mixtures"] == "--num-mixtures"
+    assert cli.with_flags("pass the folder as `data_dir` (not `subword`)", flags) == \
+        "pass the folder as --data-dir (not subword)"
+
+    def failing(args):
+        from glomo_tf.precision import check_precision
+        check_precision("half")
+
+    original = cli.build_parser
+
+    def parser_with_failing_transfer(*args, **kwargs):
+        parser = original(*args, **kwargs)
+        parser._subparsers._group_actions[0].choices["transfer"].set_defaults(func=failing)
+        return parser
+
+    cli.build_parser = parser_with_failing_transfer
+    try:
+        code = cli.main(["transfer", "--dataset", "mr", "--output-dir", "x"])
+    finally:
+        cli.build_parser = original
+    assert code == 2
+    assert "glomo transfer: error: --precision must be one of" in capsys.readouterr().err

@@ -84,7 +84,7 @@ def test_missing_files_and_missing_shared_folder_are_clear(tmp_path, monkeypatch
     expected = os.path.join(str(tmp_path), "shared", "data")
     with pytest.raises(FileNotFoundError) as error:
         load_mr()
-    assert expected in str(error.value) and "--data-dir" in str(error.value)
+    assert expected in str(error.value) and "`data_dir`" in str(error.value)
 
 
 # ---------------------------------------------------------------------------------- own data

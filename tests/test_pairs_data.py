@@ -375,8 +375,8 @@ def test_dataset_loaders_on_small_folders(tmp_path):
 def test_missing_dataset_files_name_the_folder_and_the_fix(tmp_path, monkeypatch):
     for loader, name in ((load_sick, "SICK.txt"), (load_mrpc, "msr_paraphrase_train.txt"),
                          (load_snli, "snli_1.0_test_hard.jsonl.gz")):
-        assert_error(lambda: loader(tmp_path), tmp_path, None, name, "--data-dir",
+        assert_error(lambda: loader(tmp_path), tmp_path, None, name, "`data_dir`",
                      error=FileNotFoundError)
     monkeypatch.setattr(labeled, "repository_root", lambda: str(tmp_path / "checkout"))
-    assert_error(load_sick, os.path.join(str(tmp_path), "shared", "data"), None, "--data-dir",
+    assert_error(load_sick, os.path.join(str(tmp_path), "shared", "data"), None, "`data_dir`",
                  error=FileNotFoundError)

@@ -58,7 +58,7 @@ def test_precision_scope_sets_and_restores_the_policy():
         with precision_scope("mixed_bfloat16"):
             raise RuntimeError("inside")
     assert keras.config.dtype_policy().name == "float32"  # restored after an error too
-    with pytest.raises(ValueError, match="--precision must be one of float32, mixed_bfloat16"):
+    with pytest.raises(ValueError, match="`precision` must be one of float32, mixed_bfloat16"):
         check_precision("float16")
     assert hparams.PRECISIONS == ("float32", "mixed_bfloat16")
 
@@ -112,7 +112,7 @@ def test_configs_check_precision_and_resume_older_runs():
                                                                   precision="half"),
                    TransferConfig(dataset="mr", output_dir="x", variants=["baseline"],
                                   precision="half")):
-        with pytest.raises(ValueError, match="--precision must be one of"):
+        with pytest.raises(ValueError, match="`precision` must be one of"):
             config.validated()
     current = {"precision": "float32", "epochs": 3}
     # run directories written before --precision: float32, or the old --mixed-precision flag
@@ -162,7 +162,7 @@ def test_export_in_bfloat16_serves_float32_outputs_close_to_float32(run_dir, tmp
     assert np.array_equal(got * real, got)  # padded receivers' rows are served as zeros
     assert 0 < np.max(np.abs(got - want)) < 0.01  # computed in bfloat16, close to float32
     assert_rows_stochastic(got, ids, atol=2e-2)
-    with pytest.raises(ValueError, match="--precision must be one of"):
+    with pytest.raises(ValueError, match="`precision` must be one of"):
         export_saved_model(predictor, tokenizer, str(tmp_path), "other", precision="fp16")
 
 

@@ -13,6 +13,7 @@ import importlib.abc
 import importlib.util
 import logging
 import os
+import re
 import sys
 
 from glomo_tf.cli.common import UsageError
@@ -39,7 +40,23 @@ def build_parser(commands=COMMANDS):
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for _, module in commands:
         importlib.import_module(module).register(subparsers)
+    for command in subparsers.choices.values():  # the settings' flags, for the library's errors
+        command.set_defaults(flags=_flags(command))
     return parser
+
+
+def _flags(parser):
+    """``{setting: flag}`` of a command: each option's destination and its first long flag."""
+    return {action.dest: next((o for o in action.option_strings if o.startswith("--")),
+                              action.option_strings[0])
+            for action in parser._actions if action.option_strings}
+
+
+def with_flags(message, flags):
+    """A library message in the command line's words: a setting the library names in backticks
+    (```data_dir```) becomes the flag that sets it (``--data-dir``); a name the command has no
+    flag for loses its backticks."""
+    return re.sub(r"`(\w+)`", lambda found: flags.get(found.group(1), found.group(1)), message)
 
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
@@ -107,7 +124,7 @@ def main(argv=None):
     try:
         return int(args.func(args) or 0)
     except (UsageError, ValueError) as error:
-        message = " ".join(str(error).split())  # one line
+        message = with_flags(" ".join(str(error).split()), getattr(args, "flags", {}))
         print(f"glomo {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

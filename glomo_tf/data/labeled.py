@@ -69,7 +69,7 @@ def shared_data_dir():
     if not os.path.isdir(path):
         raise FileNotFoundError(
             f"No shared data folder at {path!r}. Download the dataset and pass the folder holding "
-            "its files: data_dir=... in Python, --data-dir DIR on the command line.")
+            "its files as `data_dir`.")
     return path
 
 
@@ -106,7 +106,7 @@ def _load_line_files(directory, files, dataset):
     if missing:
         raise FileNotFoundError(
             f"{dataset}: {', '.join(missing)} not found in {directory!r}. Pass the folder holding "
-            f"{' and '.join(name for _, name in files)} (data_dir=... / --data-dir DIR).")
+            f"{' and '.join(name for _, name in files)} as `data_dir`.")
     texts, labels = [], []
     for index, (_, name) in enumerate(files):
         lines = _read_lines(os.path.join(directory, name))
@@ -155,7 +155,7 @@ def load_sst(split="train", fine_grained=False, data_dir=None):
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"SST: {name} not found in {os.path.dirname(path)!r}. Pass the folder holding the "
-            "stsa.* files (data_dir=... / --data-dir DIR).")
+            "stsa.* files as `data_dir`.")
     classes = SST_CLASSES[kind]
     texts, labels = [], []
     for number, line in enumerate(_read_lines(path), start=1):
@@ -238,8 +238,8 @@ def _read_table(path, text_column, label_column, delimiter, class_names=None):
     missing = [c for c in (text_column, label_column) if c not in header]
     if missing:
         raise ValueError(f"{path!r} has no column {' or '.join(map(repr, missing))}; its columns "
-                         f"are {header}. Name the columns with text_column=/label_column= "
-                         "(--text-column/--label-column).")
+                         f"are {header}. Name the columns with `text_column` and "
+                         "`label_column`.")
     text_at, label_at = header.index(text_column), header.index(label_column)
     texts, labels = [], []
     for line_number, row in enumerate(rows, start=2):

@@ -179,7 +179,7 @@ def _dataset_files(data_dir, folder, names, dataset):
     if missing:
         raise FileNotFoundError(
             f"{dataset}: {', '.join(missing)} not found in {directory!r}. Pass the folder holding "
-            f"{', '.join(names)} (data_dir=... / --data-dir DIR).")
+            f"{', '.join(names)} as `data_dir`.")
     return [os.path.join(directory, name) for name in names]
 
 

@@ -146,7 +146,7 @@ def encode_questions(tokenizer, questions, max_passage, max_question=48):
     predictor's): passage ids equal ``tokenizer.encode(context)`` cut to ``max_passage``."""
     if tokenizer.subword:
         raise ValueError("The reader maps answers to word units: use a word-level tokenizer "
-                         "(a predictor pretrained without --subword).")
+                         "(a predictor pretrained on whole words, not subword units).")
     contexts = list(dict.fromkeys(q.context for q in questions))
     units = _units_with_offsets(tokenizer, contexts)
     question_ids = tokenizer.encode([q.question for q in questions], max_length=max_question)
