@@ -1302,3 +1302,21 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
     figure = (f"The paper's learned graphs lead its uniform graph by {lead:+.2f} exact match (RNN "
               f"states); here they lead by {100 * em['mean_difference']:+.2f}")
     assert figure in text, f"page lacks: {figure}"
+
+
+def test_reader_step_costs_come_from_the_benchmark():
+    """The SQuAD reader's step costs: every round's ratio to the baseline's step, the medians and
+    the cache fill, from benchmarks/outputs/reader_epoch.json."""
+    doc = " ".join(page("docs/results/where-graphs-pay.md").split())
+    with open(os.path.join(REPO, "benchmarks", "outputs", "reader_epoch.json")) as handle:
+        bench = json.load(handle)
+    ratios, medians = bench["ratio_to_baseline"], bench["seconds_per_step"]
+    assert len(ratios["glomo_rnn"]) == bench["settings"]["rounds"] == 5
+    figure = (f"costs {min(ratios['glomo_rnn']):.2f}-{max(ratios['glomo_rnn']):.2f}x a baseline "
+              f"step over five rounds (median {medians['glomo_rnn']:.3f} against "
+              f"{medians['baseline']:.3f} s) and the uniform graph's "
+              f"{min(ratios['uniform']):.2f}-{max(ratios['uniform']):.2f}x")
+    assert figure in doc, f"page lacks: {figure}"
+    assert max(ratios["glomo_rnn"]) < 2  # "stays under twice a baseline epoch"
+    assert f"Filling the passage cache takes {bench['cache_fill_s']:.0f} s" in doc
+
