@@ -15,10 +15,10 @@ interleaved so they see the same machine load. The JSON holds each reader's seco
 step round by round and their median, and the ratio to the baseline's step, round by round: the
 issue's target is a GLoMo epoch at most twice a baseline epoch.
 
-Run on a quiet machine (nothing else on the cores)::
+Run on a quiet machine (nothing else on the cores), one thread as the comparison's runs::
 
-    python benchmarks/reader_epoch.py --rounds 5 --steps 10 \\
-        --output benchmarks/outputs/reader_epoch.json
+    TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 python benchmarks/reader_epoch.py \\
+        --rounds 5 --steps 10 --warmup 3 --output benchmarks/outputs/reader_epoch.json
 """
 
 import argparse
@@ -27,6 +27,9 @@ import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("baseline", "uniform", "glomo_rnn")
@@ -52,6 +55,7 @@ def parse_args(argv=None):
 def main(argv=None):
     a = parse_args(argv)
     import keras
+    import tensorflow as tf
 
     import glomo_tf
     from glomo_tf.data import squad
@@ -104,7 +108,6 @@ def main(argv=None):
     result = {
         "what": "SQuAD reader training steps, seconds per step (median of rounds) and ratio to "
                 "the baseline's step round by round; glomo_rnn reads cached passage graphs",
-        "command": "python benchmarks/reader_epoch.py " + " ".join(argv or sys.argv[1:]),
         "settings": {k: getattr(a, k) for k in ("max_length", "embedding_dim", "rnn_units",
                                                "batch_size", "steps", "warmup", "rounds")},
         "training_questions": answered, "cache_fill_s": round(cache_fill, 2),
@@ -114,6 +117,7 @@ def main(argv=None):
                               for v, t in per_round.items() if v != "baseline"},
         "threads": {"intra_op": os.environ.get("TF_NUM_INTRAOP_THREADS"),
                     "inter_op": os.environ.get("TF_NUM_INTEROP_THREADS")},
+        "recorded": _harness.recorded(tf),
     }
     text = json.dumps(result, indent=1)
     print(text)
