@@ -222,6 +222,17 @@ def preset_load_row():
     return row("preset_load.py", "preset_load", figures, r)
 
 
+def reader_epoch_row():
+    r = load("reader_epoch")
+    m, ratios = r["seconds_per_step"], r["ratio_to_baseline"]
+    figures = (f"SQuAD reader, passages of {r['settings']['max_length']} units, batches of "
+               f"{r['settings']['batch_size']}, one thread: s/step baseline {m['baseline']:.3f}, "
+               f"uniform {m['uniform']:.3f} ({spread(ratios['uniform'], 'x')}), glomo_rnn with "
+               f"cached passage graphs {m['glomo_rnn']:.3f} ({spread(ratios['glomo_rnn'], 'x')}); "
+               f"cache fill {r['cache_fill_s']:.0f} s")
+    return row("reader_epoch.py", "reader_epoch", figures, r)
+
+
 def all_rows():
     return [transfer_overhead_row(name) for name in (
         "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
@@ -232,7 +243,8 @@ def all_rows():
         *serving_soak_rows("serving_candidates/soak_uvicorn", long_text=False),
         *(serving_memory_row(name) for name in SERVING_MEMORY),
         *ordered_memory_rows(), top_k_accuracy_row(), top_k_accuracy_row("sst2", "SST-2"),
-        *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row(), preset_load_row()]
+        *(peer_row(*args) for args in PEER_OUTPUTS), transfer_cost_row(), preset_load_row(),
+        reader_epoch_row()]
 
 
 @pytest.fixture(scope="module")
