@@ -1,4 +1,5 @@
-"""Small helpers shared by the layers (internal): dtype cast, GRU update, masked softmax, mask.
+"""Small helpers shared by the layers (internal): dtype cast, GRU update, masked softmax, mask,
+initializer arguments.
 
 This module imports only TensorFlow and :mod:`glomo_tf._keras_private`, so :mod:`glomo_tf.ops`
 can use it too.
@@ -96,3 +97,21 @@ def direction_rows(x, rows, axis):
     ``[2, S]``)."""
     swap = [1, 0] + list(range(2, x.shape.rank))
     return tf.transpose(tf.gather(tf.transpose(x, swap), rows, axis=axis, batch_dims=1), swap)
+
+
+def fresh_initializer(initializer):
+    """A new initializer object for one weight: a copy of ``initializer`` (so two weights never
+    share an unseeded initializer's seed, as Keras' ``MultiHeadAttention`` does for its
+    sub-layers), or, when it is None, the reference code's uniform variance scaling."""
+    import keras  # here: glomo_tf.ops imports this module without Keras
+
+    if initializer is None:
+        return keras.initializers.VarianceScaling(1.0, "fan_in", "uniform")
+    return initializer.__class__.from_config(initializer.get_config())
+
+
+def serialize_initializer(initializer):
+    """An initializer argument's config entry (None stays None)."""
+    import keras
+
+    return None if initializer is None else keras.initializers.serialize(initializer)

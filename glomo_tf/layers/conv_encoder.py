@@ -3,7 +3,8 @@
 import keras
 import tensorflow as tf
 
-from glomo_tf.layers._common import compute_cast, time_slice
+from glomo_tf.layers._common import (compute_cast, fresh_initializer, serialize_initializer,
+                                      time_slice)
 
 # Added to the variance in the batch norm (the reference code's, PyTorch's default).
 BATCH_NORM_EPSILON = 1e-5
@@ -121,7 +122,7 @@ class CausalConvEncoder(keras.layers.Layer):
             # other use casts explicitly with self._w, so mixed precision keeps them float32.
             self.kernels.append(self.add_weight(
                 name=f"conv{i}_kernel", shape=(S, self.kernel_size * d, d),
-                initializer=_fresh(self.kernel_initializer),
+                initializer=fresh_initializer(self.kernel_initializer),
                 regularizer=self.kernel_regularizer, autocast=False))
             self.gammas.append(self.add_weight(name=f"conv{i}_bn_gamma", shape=(S, 1, 1, d),
                                                initializer="ones", autocast=False))
@@ -227,20 +228,7 @@ class CausalConvEncoder(keras.layers.Layer):
             "kernel_size": self.kernel_size,
             "dropout": self.dropout,
             "momentum": self.momentum,
-            "kernel_initializer": _serialize(self.kernel_initializer),
+            "kernel_initializer": serialize_initializer(self.kernel_initializer),
             "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
         })
         return config
-
-
-def _fresh(initializer, default=None):
-    """A new initializer object for one weight: a copy of ``initializer`` (so two weights never
-    share an unseeded initializer's seed, as Keras' ``MultiHeadAttention`` does for its
-    sub-layers), or, when it is None, the reference code's uniform variance scaling."""
-    if initializer is None:
-        return default or keras.initializers.VarianceScaling(1.0, "fan_in", "uniform")
-    return initializer.__class__.from_config(initializer.get_config())
-
-
-def _serialize(initializer):
-    return None if initializer is None else keras.initializers.serialize(initializer)

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import hparams, ops
-from glomo_tf.layers.graph_input import GraphInput
+from glomo_tf.layers.graph_input import GraphInput, shape_of
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor
 
@@ -138,7 +138,7 @@ class GlomoTransfer(keras.layers.Layer):
         one of the last two is None. Works on shapes too (``build``)."""
         if not isinstance(inputs, (list, tuple)) or not isinstance(inputs[0], (list, tuple)) \
                 and not hasattr(inputs[0], "shape"):
-            shape = _shape(inputs)
+            shape = shape_of(inputs)
             if len(shape) != 2:
                 raise ValueError(
                     "A single input to GlomoTransfer must be token ids [batch, T] (features are "
@@ -154,7 +154,7 @@ class GlomoTransfer(keras.layers.Layer):
                 "[features, indices, weights] or token_ids; "
                 f"got a list of {len(inputs)} tensors.")
         features, *rest = inputs
-        if len(rest) == 1 and not isinstance(rest[0], dict) and len(_shape(rest[0])) == 2:
+        if len(rest) == 1 and not isinstance(rest[0], dict) and len(shape_of(rest[0])) == 2:
             return features, rest[0], None
         return features, None, GraphInput.parse(
             rest[0] if len(rest) == 1 else tuple(rest),
@@ -300,8 +300,3 @@ class GlomoTransfer(keras.layers.Layer):
             "fused_normalization": self.fused_normalization,
         })
         return config
-
-
-def _shape(value):
-    """A tensor's shape, or a shape itself, as a tuple."""
-    return tuple(value.shape) if hasattr(value, "shape") else tuple(value)

@@ -63,21 +63,21 @@ class GraphInput:
             form, parts = "top_k", tuple(value)
         else:
             form, parts = "dense", (value,)
-        ranks = tuple(len(_shape(part)) for part in parts)
+        ranks = tuple(len(shape_of(part)) for part in parts)
         if ranks != _RANKS[form]:
             raise ValueError(
                 f"expected {expected}: {'; '.join(LAYOUTS.values())}; got "
                 f"{'shapes' if len(parts) > 1 else 'shape'} "
-                f"{', '.join(str(_shape(p)) for p in parts)}.")
-        if form == "candidates" and _shape(parts[0])[1] not in (2, None):
+                f"{', '.join(str(shape_of(p)) for p in parts)}.")
+        if form == "candidates" and shape_of(parts[0])[1] not in (2, None):
             raise ValueError(f"candidates must be [batch, 2, T, C, T]; got shape "
-                             f"{_shape(parts[0])}.")
+                             f"{shape_of(parts[0])}.")
         return cls(form, parts)
 
     @property
     def shape(self):
         """The first part's shape (a tuple of dims)."""
-        return _shape(self.parts[0])
+        return shape_of(self.parts[0])
 
     @property
     def layers_heads(self):
@@ -98,8 +98,9 @@ class GraphInput:
         return {self.form: self.parts[0]}
 
 
-def _shape(part):
-    """A tensor's shape, or a shape itself, as a tuple of dims."""
+def shape_of(part):
+    """A tensor's shape, or a shape itself, as a tuple of dims (the layers' ``build`` and
+    ``call`` read their inputs both ways)."""
     return tuple(part.shape) if hasattr(part, "shape") else tuple(part)
 
 

@@ -5,8 +5,8 @@ import tensorflow as tf
 
 from glomo_tf import hparams, ops
 from glomo_tf.hparams import NORMALIZATIONS, THRESHOLDS
-from glomo_tf.layers._common import compute_cast, direction_rows
-from glomo_tf.layers.conv_encoder import _fresh, _serialize
+from glomo_tf.layers._common import (compute_cast, direction_rows, fresh_initializer,
+                                      serialize_initializer)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -191,7 +191,7 @@ class GraphScorer(keras.layers.Layer):
 
     def build(self, queries_shape, keys_shape=None, admissible_shape=None):
         d, L, K, h = queries_shape[-1], self.num_layers, self.num_heads, self.head_dim
-        projection = _fresh(self.kernel_initializer)
+        projection = fresh_initializer(self.kernel_initializer)
         self.query_kernel = self.add_weight(name="query_kernel", shape=(2, d, L, K, h),
                                             initializer=projection,
                                             regularizer=self.kernel_regularizer)
@@ -206,7 +206,8 @@ class GraphScorer(keras.layers.Layer):
             # One linear map per direction and layer from a head's query to a scalar, shared by heads.
             self.threshold_kernel = self.add_weight(
                 name="threshold_kernel", shape=(2, L, h),
-                initializer=_fresh(self.kernel_initializer), regularizer=self.kernel_regularizer)
+                initializer=fresh_initializer(self.kernel_initializer),
+                regularizer=self.kernel_regularizer)
         if self.learned_threshold:
             self.threshold_bias = self.add_weight(name="threshold_bias", shape=(2, L),
                                                   initializer=self.threshold_initializer)
@@ -345,7 +346,7 @@ class GraphScorer(keras.layers.Layer):
             "normalization": self.normalization,
             "entmax_alpha": self.entmax_alpha,
             "epsilon": self.epsilon,
-            "kernel_initializer": _serialize(self.kernel_initializer),
+            "kernel_initializer": serialize_initializer(self.kernel_initializer),
             "threshold_initializer": keras.initializers.serialize(self.threshold_initializer),
             "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
             "live_row_regularizer": keras.regularizers.serialize(self.live_row_regularizer),
