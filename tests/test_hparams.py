@@ -38,19 +38,8 @@ def test_layer_and_model_signatures_hold_the_hparams_defaults():
         "composition"]
 
 
-def test_the_pretrain_command_differs_from_the_layer_only_where_hparams_says():
-    from glomo_tf.cli.pretrain import D
-
-    for name, value in hparams.PRETRAIN_COMMAND.items():
-        if name != "initial_threshold":  # not a flag
-            assert getattr(D, name) == value, name
-    differs = {k for k in hparams.PRETRAIN_COMMAND
-               if hparams.PRETRAIN_COMMAND[k] != {**hparams.GRAPH_PREDICTOR,
-                                                   **hparams.PRETRAINER}[k]}
-    assert differs == {"live_row_weight"}
-
-
-def test_the_command_line_offers_the_hparams_choices():
+def _parsers():
+    """``{command: parser}`` of glomo pretrain and glomo transfer."""
     import argparse
 
     from glomo_tf.cli import pretrain, transfer
@@ -58,14 +47,30 @@ def test_the_command_line_offers_the_hparams_choices():
     subparsers = argparse.ArgumentParser().add_subparsers()
     pretrain.register(subparsers)
     transfer.register(subparsers)
-    choices = {action.dest: action.choices for parser in subparsers.choices.values()
+    return subparsers.choices
+
+
+def test_the_pretrain_command_differs_from_the_layer_only_where_hparams_says():
+    parser = _parsers()["pretrain"]  # the flags' defaults, derived from PretrainingConfig
+    for name, value in hparams.PRETRAIN_COMMAND.items():
+        if name != "initial_threshold":  # not a flag
+            assert parser.get_default(name) == value, name
+    differs = {k for k in hparams.PRETRAIN_COMMAND
+               if hparams.PRETRAIN_COMMAND[k] != {**hparams.GRAPH_PREDICTOR,
+                                                   **hparams.PRETRAINER}[k]}
+    assert differs == {"live_row_weight"}
+
+
+def test_the_command_line_offers_the_hparams_choices():
+    parsers = _parsers()
+    choices = {action.dest: action.choices for parser in parsers.values()
                for action in parser._actions if action.choices}
     assert tuple(choices["threshold"]) == hparams.THRESHOLDS
     assert tuple(choices["normalization"]) == hparams.NORMALIZATIONS
     assert tuple(choices["composition"]) == hparams.COMPOSITIONS
     assert tuple(choices["objective"]) == hparams.OBJECTIVES
     assert tuple(choices["strategy"]) == hparams.STRATEGIES
-    assert transfer.D.variants == list(hparams.DEFAULT_VARIANTS)
+    assert parsers["transfer"].get_default("variants") == list(hparams.DEFAULT_VARIANTS)
 
 
 def test_the_tuner_trains_what_glomo_pretrain_trains():

@@ -110,7 +110,7 @@ def test_encoders_against_numpy(tmp_path):
         np.testing.assert_allclose(bow[i], table[row].mean(0), atol=1e-6)
     assert random_encoder.shape == trained.shape
     assert np.abs(random_encoder - trained).max() > 1e-3  # other weights than the trained ones
-    with pytest.raises(ValueError, match="--run"):
+    with pytest.raises(ValueError, match="`runs`"):
         probe.load_encoders([], ["bow"])
     with pytest.raises(ValueError, match="sentence-pretrain"):
         probe.load_encoders([str(tmp_path)])

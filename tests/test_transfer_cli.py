@@ -163,6 +163,7 @@ def test_resume_keeps_runs_trains_only_the_missing_ones_and_refuses_overwrites(t
     out, fresh = tmp_path / "out", tmp_path / "fresh"
     assert cli.main([*common, "--seeds", "4", "--output-dir", str(out)]) == 0
     first = json.loads((out / "results.json").read_text())["runs"]
+    assert "flags" not in json.loads((out / "results.json").read_text())["config"]
     capsys.readouterr()
 
     written = (out / "results.json").read_text()
@@ -174,6 +175,10 @@ def test_resume_keeps_runs_trains_only_the_missing_ones_and_refuses_overwrites(t
     err = capsys.readouterr().err
     assert "other settings (dropout 0.1 -> 0.2)" in err and len(err.splitlines()) == 1
     assert (out / "results.json").read_text() == written
+    # Some earlier builds kept the command line's flag table in the settings: still resumable.
+    earlier = json.loads(written)
+    earlier["config"]["flags"] = {"seeds": "--seeds", "resume": "--resume"}
+    (out / "results.json").write_text(json.dumps(earlier))
 
     assert cli.main([*common, "--seeds", "4", "5", "--resume", "--output-dir", str(out)]) == 0
     printed = capsys.readouterr().out

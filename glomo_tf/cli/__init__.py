@@ -40,8 +40,15 @@ def build_parser(commands=COMMANDS):
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for _, module in commands:
         importlib.import_module(module).register(subparsers)
-    for command in subparsers.choices.values():  # the settings' flags, for the library's errors
-        command.set_defaults(flags=_flags(command))
+    for command in subparsers.choices.values():
+        flags = _flags(command)  # the settings' flags, for the library's errors and help texts
+        command.set_defaults(flags=flags)
+        for action in command._actions:
+            if action.help:
+                action.help = with_flags(action.help, flags)
+        for group in command._action_groups:
+            if group.title:
+                group.title = with_flags(group.title, flags)
     return parser
 
 

@@ -1,8 +1,12 @@
-"""What the ``glomo`` commands share: :class:`UsageError` and the pretrained-predictor flags."""
+"""What the ``glomo`` commands share: :class:`UsageError`, the flags of a config class's
+settings (:func:`add_settings`) and the pretrained-predictor flags."""
 
 import argparse
+import dataclasses
 import os
 import sys
+
+from glomo_tf.experiments.settings import default_of, precision_setting, settings_of
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -19,6 +23,63 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class UsageError(Exception):
     """An error in the user's input or environment, reported without a traceback."""
+
+
+def add_settings(parser, config_class, skip=(), groups=None):
+    """Adds a flag for every setting of ``config_class`` (a dataclass of
+    :func:`glomo_tf.experiments.settings.setting` fields) but those named in ``skip``: the flag
+    ``--name-with-dashes`` (or the setting's ``flags``), its destination the field's name, its
+    type, default, choices and help the field's; a ``bool`` is a switch with its ``--no-...``
+    form, a list takes one or more values. Settings with a ``group`` go under
+    that heading (``groups``: headings made before, ``{name: argument group}``, added to)."""
+    groups = {} if groups is None else groups
+    for field, kind, meta in settings_of(config_class):
+        if field.name in skip:
+            continue
+        group = meta["group"]
+        if group is None:
+            target = parser
+        else:
+            if group not in groups:
+                groups[group] = parser.add_argument_group(group)
+            target = groups[group]
+        target.add_argument(*(meta["flags"] or ("--" + field.name.replace("_", "-"),)),
+                            dest=field.name, **_argument(field, kind, meta))
+    return groups
+
+
+def config_from(args, config_class, **given):
+    """A ``config_class`` from the parsed flags that are its fields (``verbose`` resolved as
+    :func:`resolve_verbose` says) and the ``given`` values."""
+    names = {field.name for field in dataclasses.fields(config_class)}
+    settings = {k: v for k, v in vars(args).items() if k in names}
+    if "verbose" in settings:
+        settings["verbose"] = resolve_verbose(settings["verbose"])
+    return config_class(**{**settings, **given})
+
+
+def _argument(field, kind, meta):
+    """``add_argument``'s keywords for one setting."""
+    default = default_of(field)
+    keywords = {"help": (meta["help"] or "").replace("%", "%%")}
+    if default is dataclasses.MISSING:
+        keywords["required"] = True
+    else:
+        keywords["default"] = default
+    if kind is bool:
+        keywords["action"] = argparse.BooleanOptionalAction
+        return keywords
+    if kind is list and meta["repeat"]:
+        keywords["action"] = "append"
+    elif kind is list:
+        keywords["nargs"] = meta["nargs"] or "+"
+    parse = meta["parse"] or (kind if kind in (int, float) else None)
+    if parse is not None:
+        keywords["type"] = parse
+    for key in ("choices", "metavar"):
+        if meta[key] is not None:
+            keywords[key] = meta[key]
+    return keywords
 
 
 def add_pretrained_arguments(parser):
@@ -97,10 +158,9 @@ def resolve_verbose(value):
 
 
 def add_precision_argument(parser):
-    """``--precision float32|mixed_bfloat16``: the Keras dtype policy of the command's models."""
-    from glomo_tf.hparams import PRECISIONS
-    parser.add_argument(
-        "--precision", choices=PRECISIONS, default="float32",
-        help="mixed_bfloat16: compute in bfloat16 with float32 variables, losses and graph "
-             "normalisation; pays on CPUs with bfloat16 matrix units (avx512_bf16, AMX) and on "
-             "GPUs, without --jit on a CPU")
+    """``--precision float32|mixed_bfloat16``: the Keras dtype policy of the command's models
+    (the runners' ``precision`` setting, for the commands without a config class)."""
+    field = precision_setting()
+    field.name = "precision"
+    parser.add_argument("--precision", dest="precision",
+                        **_argument(field, str, field.metadata["setting"]))

@@ -1,4 +1,5 @@
-"""``glomo demo``: :func:`glomo_tf.experiments.demo.run_demo` on the built-in planted corpus, and its report."""
+"""``glomo demo``: :func:`glomo_tf.experiments.demo.run_demo` on the built-in planted corpus,
+and its report."""
 
 import os
 

@@ -52,16 +52,11 @@ on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by arti
         --seeds 0 1 2 3 4 --output-dir runs/books/squad
 """
 
-import argparse
-import dataclasses
 import os
 
-from glomo_tf import hparams
-from glomo_tf.cli.common import (HelpFormatter, add_precision_argument, add_pretrained_arguments,
-                                 add_verbose_argument, pretrained_paths, resolve_verbose)
-from glomo_tf.experiments.transfer import DATASETS, SPLITS, TransferConfig, run_transfer
-
-D = TransferConfig(dataset="", output_dir="")  # the defaults
+from glomo_tf.cli.common import (HelpFormatter, add_pretrained_arguments, add_settings,
+                                 add_verbose_argument, config_from, pretrained_paths)
+from glomo_tf.experiments.transfer import TransferConfig, run_transfer
 
 
 def register(subparsers):
@@ -70,99 +65,7 @@ def register(subparsers):
         description=__doc__.split("\n\n")[0],
         formatter_class=HelpFormatter)
     add_pretrained_arguments(parser)
-    data = parser.add_argument_group("data")
-    data.add_argument("--dataset", required=True, metavar="|".join(DATASETS),
-                      help="mr, subj (Pang & Lee), sst2, sst5 (SST sentences, official "
-                           "train/dev/test), file (your own, --file), listops (a ListOps file, "
-                           "--file), imdb, sst2_tfds (tfds); sentence pairs: sick (SemEval "
-                           "split), mrpc, snli (1%% train + dev, official test and its hard "
-                           "subset), pairs (your own, --file); reading comprehension: "
-                           "squad (SQuAD v1.1, split by article)")
-    data.add_argument("--data-dir", help="mr/subj/sst2/sst5: the folder holding the files "
-                                         "(default: the project's ../shared/data); "
-                                         "imdb/sst2_tfds: tfds data_dir")
-    data.add_argument("--file", help="--dataset file: a .tsv/.csv file with a header, or a "
-                                     "directory with one .txt file or sub-directory per class; "
-                                     "--dataset listops: label<TAB>expression lines; --dataset "
-                                     "pairs: a SICK or MRPC file as distributed, a .tsv/.csv with "
-                                     "sentence1, sentence2 and label columns, or SNLI .jsonl; "
-                                     "--dataset squad: a SQuAD v1.1 .json file (default the "
-                                     "shared dev-v1.1.json)")
-    data.add_argument("--test-file", help="--dataset file/listops/pairs/squad: a test file in "
-                                          "--file's format (default: a seeded 10%% of --file; "
-                                          "squad: a seeded share of its articles)")
-    data.add_argument("--text-column", default=D.text_column,
-                      help="text column of --file (default text)")
-    data.add_argument("--label-column", default=D.label_column,
-                      help="label column of --file (default label)")
-    data.add_argument("--max-length", type=int, default=D.max_length,
-                      help="units kept per text (default 64; squad: per passage, use about "
-                           "300)")
-    exp = parser.add_argument_group("experiment")
-    exp.add_argument("--variants", nargs="+", default=list(D.variants), metavar="VARIANT",
-                     help=f"any of {' '.join(hparams.VARIANTS)} (default {' '.join(D.variants)}); "
-                          f"{' and '.join(hparams.PREDICTOR_VARIANTS)} need a pretrained predictor "
-                          "(--run, or --model and --tokenizer)")
-    exp.add_argument("--seeds", nargs="+", type=int, default=D.seeds,
-                     help="seeds to run (each: initial weights, shuffles, and for --split "
-                          "seeded the split)")
-    exp.add_argument("--split", choices=SPLITS, default=D.split,
-                     help="seeded 90/10 test split (default) or k-fold cross-validation")
-    exp.add_argument("--folds", type=int, default=D.folds,
-                     help="folds of --split kfold (default 10)")
-    model = parser.add_argument_group("model and training")
-    model.add_argument("--embedding-dim", type=int, default=D.embedding_dim,
-                       help="width of the classifier's word embeddings")
-    model.add_argument("--rnn-units", type=int, default=D.rnn_units,
-                       help="units of each direction of the classifier's GRU")
-    model.add_argument("--attention-heads", type=int, default=D.attention_heads,
-                       help="heads of the classifier's self-attention")
-    model.add_argument("--dropout", type=float, default=D.dropout,
-                       help="dropout of the classifier")
-    model.add_argument("--num-mixtures", type=int, default=D.num_mixtures,
-                       help="graph mixtures of each GlomoTransfer layer")
-    model.add_argument("--transfer-dropout", type=float, default=D.transfer_dropout,
-                       help="dropout on GlomoTransfer's fused input [H ; M H ...] (GLoMo and "
-                            "uniform variants; default 0.0)")
-    model.add_argument("--init-embeddings", choices=("predictor",), default=D.init_embeddings,
-                       help="predictor: every variant's word embeddings (the baseline's too) "
-                            "start from the pretrained predictor's table (--embedding-dim must "
-                            "be its width; default: random)")
-    model.add_argument("--graph-temperature", type=float, default=D.graph_temperature,
-                       metavar="TAU",
-                       help="GLoMo variants: raise every row of the predictor's graphs to the "
-                            "power 1/TAU and renormalise (below 1 sharper, above 1 flatter; a "
-                            "softmax temperature for a softmax predictor; default: the graphs "
-                            "as they are)")
-    model.add_argument("--epochs", type=int, default=D.epochs,
-                       help="most training epochs per run")
-    model.add_argument("--patience", type=int, default=D.patience,
-                       help="epochs without a better validation accuracy before stopping")
-    model.add_argument("--batch-size", type=int, default=D.batch_size,
-                       help="examples per training step")
-    model.add_argument("--learning-rate", type=float, default=D.learning_rate,
-                       help="Adam learning rate")
-    speed = parser.add_argument_group("speed")
-    speed.add_argument("--graph-cache", action=argparse.BooleanOptionalAction,
-                       default=D.graph_cache,
-                       help="GLoMo variants: compute the frozen predictor's graphs once per "
-                            "sentence and reuse them every epoch instead of running the "
-                            "predictor on every batch (outputs and gradients equal up to float "
-                            "round-off, about 1e-7, so trained runs are not bit for bit the "
-                            "online ones; default off)")
-    speed.add_argument("--top-k", type=int, default=D.top_k, metavar="K",
-                       help="GLoMo variants: keep the K heaviest sources of every receiving unit "
-                            "and mix the graphs in that sparse form (gather + weighted sum); "
-                            "exact when K covers every row's sources (default: dense graphs)")
-    add_precision_argument(speed)
-    parser.add_argument("--output-dir", required=True, help="where results.json/.md are written")
-    parser.add_argument("--save-models", action="store_true", default=D.save_models,
-                        help="save every trained model as OUTPUT_DIR/models/VARIANT-seedS.keras "
-                             "(GLoMo variants with their frozen predictor)")
-    parser.add_argument("--resume", action="store_true", default=D.resume,
-                        help="keep the runs of --output-dir's results.json (same settings; more "
-                             "seeds or variants may be added) and run only the missing ones; "
-                             "without it a directory that holds runs is refused, not overwritten")
+    add_settings(parser, TransferConfig)
     add_verbose_argument(parser)
     parser.set_defaults(func=run)
     return parser
@@ -170,12 +73,8 @@ def register(subparsers):
 
 def run(args):
     model, tokenizer = pretrained_paths(args)
-    names = {field.name for field in dataclasses.fields(TransferConfig)}
-    settings = {k: v for k, v in vars(args).items() if k in names and k not in ("model",
-                                                                                   "tokenizer")}
-    settings["verbose"] = resolve_verbose(settings["verbose"])
-    config = TransferConfig(model=model, tokenizer=tokenizer, **settings)
-    record = {k: v for k, v in vars(args).items() if k != "func"}  # the flags as given
+    config = config_from(args, TransferConfig, model=model, tokenizer=tokenizer)
+    record = {k: v for k, v in vars(args).items() if k not in ("func", "flags")}  # as given
     markdown = run_transfer(config, record=record)
     print("\n" + markdown)
     print(f"Wrote {os.path.join(config.output_dir, 'results.json')} and results.md")

@@ -28,11 +28,9 @@ Examples::
 """
 
 
-from glomo_tf.cli.common import (HelpFormatter, UsageError, add_verbose_argument,
-                                 resolve_verbose)
-from glomo_tf.experiments.search import PLANTED_WINDOW, TEXT_WINDOW, SearchConfig, run_search
-
-D = SearchConfig()  # the defaults
+from glomo_tf.cli.common import (HelpFormatter, UsageError, add_settings, add_verbose_argument,
+                                 config_from)
+from glomo_tf.experiments.search import SearchConfig, run_search
 
 
 def register(subparsers):
@@ -41,61 +39,14 @@ def register(subparsers):
         description=__doc__.split("\n\n")[0] + " Run it again with the same --directory and "
                                                "--project to resume.",
         formatter_class=HelpFormatter)
-    data = p.add_argument_group("data (one of --train, --planted)")
-    data.add_argument("--train", nargs="+", metavar="FILE",
-                      help="training text files or globs (plain or .gz), one paragraph per line")
-    data.add_argument("--planted", action="store_true",
-                      help="the built-in generated corpus of `glomo demo` (no data needed)")
-    data.add_argument("--validation-fraction", type=float, default=D.validation_fraction,
-                      help="--train: fraction of the lines held out; --planted: held-out windows "
-                           "(a different seed) as this fraction of the training windows")
-    data.add_argument("--window", type=int, default=D.window,
-                      help=f"units per window T (default {TEXT_WINDOW}; {PLANTED_WINDOW} with "
-                           "--planted)")
-    data.add_argument("--shift", type=int, default=D.shift,
-                      help="--train: units between window starts (default window / 2)")
-    data.add_argument("--vocab-size", type=int, default=D.vocab_size,
-                      help="--train: most vocabulary ids, <pad>/<unk> included")
-    data.add_argument("--batch-size", type=int, default=D.batch_size, help="windows per step")
-
-    space = p.add_argument_group("search space")
-    space.add_argument("--context-lengths", type=int, nargs="+", default=D.context_lengths,
-                       metavar="D", help="context lengths D to try")
-    space.add_argument("--heads", type=int, nargs="+", default=D.heads, metavar="K",
-                       help="head counts to try (each must divide --hidden-dim)")
-    space.add_argument("--layers", type=int, nargs="+", default=D.layers, metavar="L",
-                       help="graph layer counts to try")
-    space.add_argument("--thresholds", nargs="+", default=D.thresholds,
-                       metavar="KIND", help="graph thresholds to try: query, scalar")
-    space.add_argument("--learning-rates", type=float, nargs="+", default=D.learning_rates,
-                       metavar="LR", help="Adam learning rates to try")
-    space.add_argument("--hidden-dim", type=int, default=D.hidden_dim, help="fixed width d")
-
-    search = p.add_argument_group("search")
-    search.add_argument("--tuner", default=D.tuner,
-                        help="random (RandomSearch), hyperband (Hyperband, at most --epochs per "
-                             "model) or bayesian (BayesianOptimization)")
-    search.add_argument("--max-trials", type=int, default=D.max_trials,
-                        help="trials in all, finished ones included when resuming")
-    search.add_argument("--epochs", type=int, default=D.epochs, help="epochs per trial")
-    search.add_argument("--steps-per-epoch", type=int, default=D.steps_per_epoch,
-                        help="default: one pass over the training windows")
-    search.add_argument("--directory", default=D.directory, help="where searches are kept")
-    search.add_argument("--project", default=D.project, help="the search's name in --directory")
-    search.add_argument("--overwrite", action="store_true",
-                        help="delete DIRECTORY/PROJECT and start afresh (default: resume)")
-    search.add_argument("--seed", type=int, default=D.seed,
-                        help="seeds the data split, the oracle and every trial's initial weights")
-    add_verbose_argument(search)
+    groups = add_settings(p, SearchConfig)
+    add_verbose_argument(groups["search"])
     p.set_defaults(func=run)
     return p
 
 
 def run(args):
-    fields = SearchConfig.__dataclass_fields__
-    settings = {k: v for k, v in vars(args).items() if k in fields}
-    settings["verbose"] = resolve_verbose(settings["verbose"])
-    config = SearchConfig(**settings).validated()
+    config = config_from(args, SearchConfig).validated()
     try:
         import keras_tuner  # noqa: F401
     except ImportError:

@@ -312,5 +312,6 @@ def format_report(result):
             cells = " ".join(f"{s:.3f}" for s in shares)
             lines.append(f"  {name:<9} layer {layer + 1}: {cells}")
     lines.append(f"\nTraining {result['training']['seconds']:.0f} s, "
-                 f"final loss {result['training']['loss'][-1]:.3f}; total {result['wall_seconds']:.0f} s.")
+                 f"final loss {result['training']['loss'][-1]:.3f}; "
+                 f"total {result['wall_seconds']:.0f} s.")
     return "\n".join(lines)

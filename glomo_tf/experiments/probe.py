@@ -36,6 +36,7 @@ from typing import Optional
 import numpy as np
 
 from glomo_tf import hparams
+from glomo_tf.experiments.settings import setting
 
 MODEL_FILE = "sentence_pretrainer.keras"
 TOKENIZER_DIR = "tokenizer"
@@ -137,13 +138,13 @@ def load_sentence_run(run_dir):
 
     path = os.path.join(run_dir, MODEL_FILE)
     if not os.path.isfile(path):
-        raise ValueError(f"no {MODEL_FILE} in {run_dir!r}: pass the --output-dir of a finished "
+        raise ValueError(f"no {MODEL_FILE} in {run_dir!r}: pass the `output_dir` of a finished "
                          "glomo sentence-pretrain run.")
     try:
         model = load_keras_file(path, compile=False)
     except Exception as error:  # a damaged file, or one from another library version
         raise ValueError(f"Could not load {path!r} ({type(error).__name__}: "
-                         f"{str(error).splitlines()[0][:300]}). Pass the --output-dir of a "
+                         f"{str(error).splitlines()[0][:300]}). Pass the `output_dir` of a "
                          "finished glomo sentence-pretrain run.") from error
     return model, Tokenizer.load(os.path.join(run_dir, TOKENIZER_DIR))
 
@@ -178,10 +179,10 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
                          f"{' '.join(hparams.PROBE_BASELINES)}.")
     if baselines and not runs:
         raise ValueError("the baselines bow and random are built from a trained run's "
-                         "vocabulary and sizes: give --run DIR too.")
+                         "vocabulary and sizes: give `runs` DIR too.")
     if not runs and not glomo_runs and not glomo_presets:
-        raise ValueError("nothing to probe: give --run DIR (a glomo sentence-pretrain run) "
-                         "and/or --glomo-run DIR (a glomo pretrain run) or --glomo-preset NAME.")
+        raise ValueError("nothing to probe: give `runs` DIR (a glomo sentence-pretrain run) "
+                         "and/or `glomo_runs` DIR (a glomo pretrain run) or `glomo_presets` NAME.")
     encoders, names = [], set()
 
     def add(encoder):
@@ -206,7 +207,7 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
     for run_dir in glomo_runs:
         model_path = os.path.join(run_dir, "graph_predictor.keras")
         if not os.path.isfile(model_path):
-            raise ValueError(f"no graph_predictor.keras in {run_dir!r}: pass the --output-dir "
+            raise ValueError(f"no graph_predictor.keras in {run_dir!r}: pass the `output_dir` "
                              "of a finished glomo pretrain run.")
         add(GlomoFeatures(load_graph_predictor(model_path),
                           Tokenizer.load(os.path.join(run_dir, TOKENIZER_DIR)),
@@ -250,7 +251,7 @@ def load_tasks(names=(), files=(), data_dir=None, max_examples=None, seed=0,
         for name in names:
             if name not in hparams.PROBE_TASKS:
                 raise ValueError(f"unknown task {name!r}; choose from "
-                                 f"{' '.join(hparams.PROBE_TASKS)}, or pass --file PATH.")
+                                 f"{' '.join(hparams.PROBE_TASKS)}, or pass `files` PATH.")
             if name in SPLIT_TASKS:
                 sub = data_dir and os.path.join(data_dir, "sst")
                 splits = {s: _subset(*labeled.load_sst(s, SPLIT_TASKS[name], sub)[:2],
@@ -383,48 +384,71 @@ def _unit(x):
 
 
 # ---------------------------------------------------------------------------------- the command
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class ProbeConfig:
     """Every setting of ``glomo probe`` (one field per flag)."""
 
-    runs: list = dataclasses.field(default_factory=list)
-    baselines: list = dataclasses.field(default_factory=list)
-    glomo_runs: list = dataclasses.field(default_factory=list)
-    glomo_presets: list = dataclasses.field(default_factory=list)
-    tasks: Optional[list] = None
-    files: list = dataclasses.field(default_factory=list)
-    text_column: str = "text"
-    label_column: str = "label"
-    data_dir: Optional[str] = None
-    folds: int = 10
-    inner_folds: int = 10
-    c_values: tuple = hparams.PROBE_C_VALUES
-    max_examples: Optional[int] = None
-    seed: int = 0
-    batch_size: int = 256
-    output_dir: Optional[str] = None
-    neighbours: list = dataclasses.field(default_factory=list)
-    pool: Optional[str] = None
-    k: int = 3
+    # encoders
+    runs: list = setting(help="glomo sentence-pretrain run directories", group="encoders",
+                         flags=("--run",), metavar="DIR", default_factory=list)
+    baselines: list = setting(help="bow: mean of the first run's word embeddings; random: an "
+                              "untrained encoder of the first run's sizes", group="encoders",
+                              nargs="*", choices=hparams.PROBE_BASELINES, default_factory=list)
+    glomo_runs: list = setting(help="glomo pretrain run directories (GLoMo features)",
+                               group="encoders", flags=("--glomo-run",), metavar="DIR",
+                               default_factory=list)
+    glomo_presets: list = setting(help="graph-predictor presets, built-in names or directories "
+                                  "(GLoMo features)", group="encoders",
+                                  flags=("--glomo-preset",), metavar="NAME_OR_DIR",
+                                  default_factory=list)
+    # tasks
+    tasks: Optional[list] = setting(None, "built-in tasks (default: all of them, unless `files` "
+                                    "or `neighbours` is given)", group="tasks", nargs="*",
+                                    choices=hparams.PROBE_TASKS)
+    files: list = setting(help="your own task: a .tsv/.csv file or a folder of one file per "
+                          "class", group="tasks", flags=("--file",), metavar="PATH",
+                          default_factory=list)
+    text_column: str = setting("text", "text column of `files`", group="tasks")
+    label_column: str = setting("label", "label column of `files`", group="tasks")
+    data_dir: Optional[str] = setting(None, "folder holding mr/, subj/ and sst/ (default: the "
+                                      "checkout's ../shared/data)", group="tasks")
+    max_examples: Optional[int] = setting(None, "a seeded subset of each task (of each split), "
+                                          "for quick runs", group="tasks")
+    # classifier
+    folds: int = setting(10, "outer cross-validation folds", group="classifier")
+    inner_folds: int = setting(10, "folds choosing the L2 strength inside each outer fold",
+                               group="classifier")
+    c_values: tuple = setting(hparams.PROBE_C_VALUES, "inverse L2 strengths tried",
+                              group="classifier", parse=float)
+    seed: int = setting(0, "seed of the folds and subsets", group="classifier")
+    batch_size: int = setting(256, "sentences encoded at once", group="classifier")
+    # nearest neighbours
+    neighbours: list = setting(help="print the nearest sentences of these queries in `pool`",
+                               group="nearest neighbours", metavar="QUERY",
+                               default_factory=list)
+    pool: Optional[str] = setting(None, "a file of sentences, one per line",
+                                  group="nearest neighbours")
+    k: int = setting(3, "neighbours per query", group="nearest neighbours")
+    output_dir: Optional[str] = setting(None, "write probe.json and probe.md here")
 
     def validated(self):
         c = dataclasses.replace(self)
         if c.tasks is None:
             c.tasks = [] if (c.neighbours or c.files) else list(hparams.PROBE_TASKS)
         if c.folds < 2 or c.inner_folds < 2:
-            raise ValueError("--folds and --inner-folds must be at least 2.")
+            raise ValueError("`folds` and `inner_folds` must be at least 2.")
         if not c.c_values or min(c.c_values) <= 0:
-            raise ValueError("--c-values must be positive numbers.")
+            raise ValueError("`c_values` must be positive numbers.")
         if c.max_examples is not None and c.max_examples < 2 * c.folds:
-            raise ValueError(f"--max-examples must be at least 2 x --folds ({2 * c.folds}).")
+            raise ValueError(f"`max_examples` must be at least 2 x `folds` ({2 * c.folds}).")
         if c.batch_size < 1 or c.k < 1:
-            raise ValueError("--batch-size and --k must be at least 1.")
+            raise ValueError("`batch_size` and `k` must be at least 1.")
         if c.neighbours and not c.pool:
-            raise ValueError("--neighbours needs --pool FILE (one sentence per line).")
+            raise ValueError("`neighbours` needs `pool` FILE (one sentence per line).")
         if c.pool and not c.neighbours:
-            raise ValueError("--pool is read with --neighbours QUERY... only.")
+            raise ValueError("`pool` is read with `neighbours` QUERY... only.")
         if c.pool and not os.path.isfile(c.pool):
-            raise ValueError(f"--pool {c.pool!r} is not a file.")
+            raise ValueError(f"`pool` {c.pool!r} is not a file.")
         for run_dir in list(c.runs) + list(c.glomo_runs):
             if not os.path.isdir(run_dir):
                 raise ValueError(f"{run_dir!r} is not a run directory.")
@@ -434,9 +458,9 @@ class ProbeConfig:
                 try:
                     preset_directory(preset)
                 except PresetError as error:
-                    raise ValueError(f"--glomo-preset: {error}") from None
+                    raise ValueError(f"`glomo_presets`: {error}") from None
         if not c.tasks and not c.files and not c.neighbours:
-            raise ValueError("nothing to do: give --tasks, --file or --neighbours.")
+            raise ValueError("nothing to do: give `tasks`, `files` or `neighbours`.")
         return c
 
 

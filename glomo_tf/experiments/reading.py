@@ -42,8 +42,8 @@ def load_reading_task(config):
     path = config.file or os.path.join(config.data_dir or os.path.join(shared_data_dir(), "squad"),
                                        "dev-v1.1.json")
     if not os.path.exists(path):
-        raise ValueError(f"SQuAD file {path} not found: pass --file PATH (a SQuAD v1.1 JSON "
-                         "file) or --data-dir holding dev-v1.1.json.")
+        raise ValueError(f"SQuAD file {path} not found: pass `file` PATH (a SQuAD v1.1 JSON "
+                         "file) or `data_dir` holding dev-v1.1.json.")
     questions = squad.load_squad(path)
     test = squad.load_squad(config.test_file) if config.test_file else None
     return questions, test
@@ -223,8 +223,8 @@ def encode_splits(questions, test_questions, tokenizer, max_length):
     train = parts[0][0]
     answered = int((train.spans[:, 0] >= 0).sum())
     if not answered:
-        raise ValueError(f"No training answer lies inside --max-length {max_length} units of its "
-                         "passage: raise --max-length (SQuAD's passages need about 300).")
+        raise ValueError(f"No training answer lies inside `max_length` {max_length} units of its "
+                         "passage: raise `max_length` (SQuAD's passages need about 300).")
     print(f"{' / '.join(str(len(p)) for p in splits)} questions; {answered} training answers "
           f"inside {max_length} units ({train.beyond} beyond the cap, left out; {train.inexact} "
           "not on unit boundaries, widened to the units they touch)")
@@ -244,7 +244,8 @@ def passage_graph_cache(predictor, tokenizer, contexts, max_length):
 
 
 def run_reading(config, record):
-    """The comparison of :func:`glomo_tf.experiments.transfer.run_transfer` for ``--dataset squad``."""
+    """The comparison of :func:`glomo_tf.experiments.transfer.run_transfer` for the dataset
+    ``squad``."""
     import keras
 
     from glomo_tf.experiments import transfer as experiments

@@ -15,6 +15,7 @@ from typing import Optional
 
 from glomo_tf import hparams
 from glomo_tf.experiments.runs import refuse_changed_settings
+from glomo_tf.experiments.settings import setting, verbose_setting
 
 # Settings that may change when resuming a search (everything else must match).
 RESUMABLE = ("max_trials", "overwrite", "verbose")
@@ -26,90 +27,119 @@ PLANTED_WINDOW = 48
 TEXT_WINDOW = 200
 
 
-@dataclasses.dataclass
+_DATA = "data (one of `train`, `planted`)"
+
+
+@dataclasses.dataclass(kw_only=True)
 class SearchConfig:
     """The settings of a search (``glomo tune``'s flags, one field each): the data (``train``
     files or the ``planted`` corpus), the search space, the tuner and where the search lives."""
 
-    train: Optional[list] = None
-    planted: bool = False
-    validation_fraction: float = 0.1
-    window: Optional[int] = None
-    shift: Optional[int] = None
-    vocab_size: int = 100_000
-    batch_size: int = 32
-    context_lengths: list = dataclasses.field(default_factory=lambda: [1, 2, 3, 4, 5])
-    heads: list = dataclasses.field(default_factory=lambda: [1, 2, 4, 8])
-    layers: list = dataclasses.field(default_factory=lambda: [1, 2, 3])
-    thresholds: list = dataclasses.field(default_factory=lambda: list(hparams.THRESHOLDS))
-    learning_rates: list = dataclasses.field(default_factory=lambda: [1e-3, 3e-3])
-    hidden_dim: int = hparams.GRAPH_PREDICTOR["hidden_dim"]
-    tuner: str = "random"
-    max_trials: int = 10
-    epochs: int = 3
-    steps_per_epoch: Optional[int] = None
-    directory: str = "tuning"
-    project: str = "glomo"
-    overwrite: bool = False
-    seed: int = 0
-    verbose: int = 2
+    # data
+    train: Optional[list] = setting(None, "training text files or globs (plain or .gz), one "
+                                    "paragraph per line", group=_DATA, metavar="FILE")
+    planted: bool = setting(False, "the built-in generated corpus of glomo demo (no data "
+                            "needed)", group=_DATA)
+    validation_fraction: float = setting(0.1, "`train`: fraction of the lines held out; "
+                                         "`planted`: held-out windows (a different seed) as "
+                                         "this fraction of the training windows", group=_DATA)
+    window: Optional[int] = setting(None, f"units per window T (default {TEXT_WINDOW}; "
+                                    f"{PLANTED_WINDOW} with `planted`)", group=_DATA)
+    shift: Optional[int] = setting(None, "`train`: units between window starts (default "
+                                   "window / 2)", group=_DATA)
+    vocab_size: int = setting(100_000, "`train`: most vocabulary ids, <pad>/<unk> included",
+                              group=_DATA)
+    batch_size: int = setting(32, "windows per step", group=_DATA)
+    # search space
+    context_lengths: list = setting(help="context lengths D to try", group="search space",
+                                    parse=int, metavar="D",
+                                    default_factory=lambda: [1, 2, 3, 4, 5])
+    heads: list = setting(help="head counts to try (each must divide `hidden_dim`)",
+                          group="search space", parse=int, metavar="K",
+                          default_factory=lambda: [1, 2, 4, 8])
+    layers: list = setting(help="graph layer counts to try", group="search space", parse=int,
+                           metavar="L", default_factory=lambda: [1, 2, 3])
+    thresholds: list = setting(help="graph thresholds to try: query, scalar",
+                               group="search space", metavar="KIND",
+                               default_factory=lambda: list(hparams.THRESHOLDS))
+    learning_rates: list = setting(help="Adam learning rates to try", group="search space",
+                                   parse=float, metavar="LR",
+                                   default_factory=lambda: [1e-3, 3e-3])
+    hidden_dim: int = setting(hparams.GRAPH_PREDICTOR["hidden_dim"], "fixed width d",
+                              group="search space")
+    # search
+    tuner: str = setting("random", "random (RandomSearch), hyperband (Hyperband, at most "
+                         "`epochs` per model) or bayesian (BayesianOptimization)",
+                         group="search")
+    max_trials: int = setting(10, "trials in all, finished ones included when resuming",
+                              group="search")
+    epochs: int = setting(3, "epochs per trial", group="search")
+    steps_per_epoch: Optional[int] = setting(None, "default: one pass over the training "
+                                             "windows", group="search")
+    directory: str = setting("tuning", "where searches are kept", group="search")
+    project: str = setting("glomo", "the search's name in `directory`", group="search")
+    overwrite: bool = setting(False, "delete DIRECTORY/PROJECT and start afresh (default: "
+                              "resume)", group="search")
+    seed: int = setting(0, "seeds the data split, the oracle and every trial's initial weights",
+                        group="search")
+    verbose: int = verbose_setting(2)
 
     def validated(self):
         """A copy with the choices sorted and deduplicated and the window and shift filled in;
         raises ``ValueError`` naming the setting to change."""
         s = dataclasses.replace(self)
         if bool(s.train) == bool(s.planted):
-            raise ValueError("give the data with --train FILE... (text files or globs) or "
-                             "--planted (the built-in generated corpus), one of them.")
+            raise ValueError("give the data with `train` FILE... (text files or globs) or "
+                             "`planted` (the built-in generated corpus), one of them.")
         if s.tuner not in hparams.TUNERS:
-            raise ValueError(f"--tuner must be one of {', '.join(hparams.TUNERS)}; got "
+            raise ValueError(f"`tuner` must be one of {', '.join(hparams.TUNERS)}; got "
                              f"{s.tuner!r}.")
         for name in ("max_trials", "epochs", "batch_size", "hidden_dim"):
             if getattr(s, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
+                raise ValueError(f"`{name}` must be >= 1, got "
                                  f"{getattr(s, name)}.")
         if s.steps_per_epoch is not None and s.steps_per_epoch < 1:
-            raise ValueError(f"--steps-per-epoch must be >= 1, got {s.steps_per_epoch}.")
+            raise ValueError(f"`steps_per_epoch` must be >= 1, got {s.steps_per_epoch}.")
         if not 0.0 < s.validation_fraction < 1.0:
-            raise ValueError("--validation-fraction must be in (0, 1): the objective is measured "
+            raise ValueError("`validation_fraction` must be in (0, 1): the objective is measured "
                              f"on held-out windows; got {s.validation_fraction}.")
         for name in ("context_lengths", "heads", "layers"):
             values = getattr(s, name)
             if min(values) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must all be >= 1, got {values}.")
+                raise ValueError(f"`{name}` must all be >= 1, got {values}.")
             setattr(s, name, sorted(set(values)))
         bad = [t for t in s.thresholds if t not in hparams.THRESHOLDS]
         if bad:
-            raise ValueError(f"--thresholds must be query and/or scalar, got {bad}.")
+            raise ValueError(f"`thresholds` must be query and/or scalar, got {bad}.")
         s.thresholds = sorted(set(s.thresholds))
         if min(s.learning_rates) <= 0:
-            raise ValueError(f"--learning-rates must be > 0, got {s.learning_rates}.")
+            raise ValueError(f"`learning_rates` must be > 0, got {s.learning_rates}.")
         s.learning_rates = sorted(set(s.learning_rates))
         for heads in s.heads:
-            hparams.check_heads_divide(s.hidden_dim, heads, ("--hidden-dim", "--heads"))
+            hparams.check_heads_divide(s.hidden_dim, heads, ("`hidden_dim`", "`heads`"))
         if s.window is None:
             s.window = PLANTED_WINDOW if s.planted else TEXT_WINDOW
         if s.window <= max(s.context_lengths):
-            raise ValueError(f"--window ({s.window}) must be longer than the largest context "
+            raise ValueError(f"`window` ({s.window}) must be longer than the largest context "
                              f"length ({max(s.context_lengths)}).")
         if s.planted:
             if s.shift is not None:
-                raise ValueError("--shift applies to --train; the planted corpus comes in "
+                raise ValueError("`shift` applies to `train`; the planted corpus comes in "
                                  "windows.")
         else:
             s.shift = s.shift or max(1, s.window // 2)
             if not 1 <= s.shift <= s.window:
-                raise ValueError(f"--shift must be in [1, --window], got {s.shift}.")
+                raise ValueError(f"`shift` must be in [1, `window`], got {s.shift}.")
             if s.vocab_size < 3:
-                raise ValueError(f"--vocab-size must be >= 3, got {s.vocab_size}.")
+                raise ValueError(f"`vocab_size` must be >= 3, got {s.vocab_size}.")
         return s
 
 
 def check_resumable(saved, current):
     """Raises ``ValueError`` when a search is resumed with other settings."""
     refuse_changed_settings(saved, current, RESUMABLE, "the project holds a search",
-                            "Resume with the same settings (only --max-trials may change), pass "
-                            "--overwrite to start afresh, or use another --project.")
+                            "Resume with the same settings (only `max_trials` may change), pass "
+                            "`overwrite` to start afresh, or use another `project`.")
 
 
 # ---------------------------------------------------------------------- data
@@ -125,10 +155,10 @@ def planted_data(s):
         held_out = max(1, round(s.validation_fraction * len(train.token_ids)))
         validation = planted.builtin_corpus("test", held_out, **corpus_args)
     except ValueError as error:
-        raise ValueError(f"--window {s.window} does not suit the planted corpus: {error}") \
+        raise ValueError(f"`window` {s.window} does not suit the planted corpus: {error}") \
             from None
     if len(train.token_ids) < s.batch_size:
-        raise ValueError(f"--batch-size {s.batch_size} exceeds the {len(train.token_ids)} "
+        raise ValueError(f"`batch_size` {s.batch_size} exceeds the {len(train.token_ids)} "
                          "planted training windows.")
     steps = len(train.token_ids) // s.batch_size
     train_ds = (tf.data.Dataset.from_tensor_slices(train.token_ids)

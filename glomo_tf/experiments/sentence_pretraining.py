@@ -23,7 +23,10 @@ from typing import Optional
 
 from glomo_tf import hparams
 from glomo_tf.precision import check_precision, precision_scope
+from glomo_tf.data.sentences import CORPUS_FORMATS
 from glomo_tf.experiments.runs import open_run_directory, refuse_changed_settings
+from glomo_tf.experiments.settings import (count_or_all, precision_setting, setting,
+                                           verbose_setting)
 
 MODEL_FILE = "sentence_pretrainer.keras"
 # Settings that may change between a run and its resumption.
@@ -32,71 +35,100 @@ _ENC, _P, _CMD = hparams.SENTENCE_ENCODER, hparams.SENTENCE_PRETRAINER, \
     hparams.SENTENCE_PRETRAIN_COMMAND
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class SentencePretrainingConfig:
     """Every setting of ``glomo sentence-pretrain`` (one field per flag)."""
 
-    output_dir: str
-    train: Optional[list] = None
-    format: str = "wikitext"
-    validation: Optional[list] = None
-    vocab: Optional[str] = None
-    vocab_size: int = 20_000
-    min_count: int = 1
-    lowercase: bool = False
-    max_length: int = _CMD["max_length"]
-    embedding_dim: int = _ENC["embedding_dim"]
-    units: int = _ENC["units"]
-    objectives: tuple = _P["objectives"]
-    objectives_per_batch: Optional[int] = _P["objectives_per_batch"]
-    neighbours: str = _P["neighbours"]
-    l2_weight: float = _P["l2_weight"]
-    graph_run: Optional[str] = None
-    num_mixtures: int = 1
-    learning_rate: float = _CMD["learning_rate"]
-    clipnorm: float = 0.0
-    epochs: int = 10
-    steps_per_epoch: Optional[int] = None
-    batch_size: int = _CMD["batch_size"]
-    seed: int = 0
-    jit: bool = False
-    precision: str = "float32"
-    checkpoint_every: int = 200
-    verbose: int = 1
+    # data
+    train: Optional[list] = setting(None, "training text files", group="data", metavar="FILE")
+    format: str = setting(
+        "wikitext", "wikitext: one paragraph per line, ' = Title = ' between articles; lines: "
+        "one sentence per line, blank lines between documents; books: one paragraph of prose per "
+        "line, blank lines between books (.gz read as is)", group="data", choices=CORPUS_FORMATS)
+    validation: Optional[list] = setting(None, "validation files in the same format",
+                                         group="data", metavar="FILE")
+    vocab: Optional[str] = setting(None, "an existing tokenizer directory ([MASK] is added when "
+                                   "missing)", group="data", metavar="DIR")
+    vocab_size: int = setting(20_000, "most ids, <pad>/<unk> included, [MASK] added",
+                              group="data")
+    min_count: int = setting(1, "least occurrences for a word to enter the vocabulary",
+                             group="data")
+    lowercase: bool = setting(False, "lowercase the text", group="data")
+    max_length: int = setting(_CMD["max_length"], "units per sentence (longer ones are cut)",
+                              group="data")
+    # model
+    embedding_dim: int = setting(_ENC["embedding_dim"], "word embedding width", group="model")
+    units: int = setting(_ENC["units"], "GRU units per direction (a sentence vector has 4 x "
+                         "units)", group="model")
+    objectives: tuple = setting(_P["objectives"], "qt: Quick Thoughts (Eq. 3.3); sp: Self "
+                                "Prediction (Eq. 3.4); g2l: Global-to-Local (Eq. 3.5)",
+                                group="model", choices=hparams.SENTENCE_OBJECTIVES)
+    objectives_per_batch: Optional[int] = setting(
+        _P["objectives_per_batch"], "objectives sampled for each batch, or 'all'", group="model",
+        parse=str, metavar="N")
+    neighbours: str = setting(_P["neighbours"], "Quick Thoughts' targets: the next sentence, or "
+                              "both neighbours", group="model",
+                              choices=hparams.SENTENCE_NEIGHBOURS)
+    l2_weight: float = setting(_P["l2_weight"], "Global-to-Local's L2 penalty on the "
+                               "representations", group="model")
+    graph_run: Optional[str] = setting(None, "a glomo pretrain run whose frozen graphs feed "
+                                       "both encoders (GlomoTransfer on the embeddings; its "
+                                       "tokenizer is used)", group="model", metavar="DIR")
+    num_mixtures: int = setting(1, "GlomoTransfer mixtures per direction (with `graph_run`)",
+                                group="model")
+    # optimisation
+    learning_rate: float = setting(_CMD["learning_rate"], "Adam's", group="optimisation")
+    clipnorm: float = setting(0.0, "global gradient-norm clip (0: none)", group="optimisation")
+    epochs: int = setting(10, "epochs in all (a resumed run trains the ones missing)",
+                          group="optimisation")
+    steps_per_epoch: Optional[int] = setting(None, "default: one pass over the sentence pairs",
+                                             group="optimisation")
+    batch_size: int = setting(_CMD["batch_size"], "sentence pairs per step; the other pairs are "
+                              "the negatives", group="optimisation")
+    seed: int = setting(0, "seed of the weights, the order, the objectives and corruptions",
+                        group="optimisation")
+    jit: bool = setting(False, "compile the train step with XLA", group="optimisation")
+    precision: str = precision_setting("optimisation")
+    # run
+    output_dir: str = setting(help="run directory (resumed if it exists)", group="run")
+    checkpoint_every: int = setting(200, "steps between crash-safe checkpoints", group="run",
+                                    metavar="STEPS")
+    verbose: int = verbose_setting()
 
     def validated(self):
         """A checked copy; raises ``ValueError`` naming the flag to change."""
-        from glomo_tf.data.sentences import CORPUS_FORMATS
-        c = dataclasses.replace(self, objectives=tuple(self.objectives))
+        c = dataclasses.replace(
+            self, objectives=tuple(self.objectives),
+            objectives_per_batch=count_or_all(self.objectives_per_batch, "objectives_per_batch"))
         if not c.train:
-            raise ValueError("give the corpus with --train FILE... (WikiText files, or one "
-                             "sentence per line with --format lines).")
+            raise ValueError("give the corpus with `train` FILE... (WikiText files, or one "
+                             "sentence per line with `format` lines).")
         if c.format not in CORPUS_FORMATS:
-            raise ValueError(f"--format must be one of {', '.join(CORPUS_FORMATS)}.")
+            raise ValueError(f"`format` must be one of {', '.join(CORPUS_FORMATS)}.")
         bad = [o for o in c.objectives if o not in hparams.SENTENCE_OBJECTIVES]
         if bad or not c.objectives or len(set(c.objectives)) != len(c.objectives):
-            raise ValueError(f"--objectives must be distinct names among "
+            raise ValueError(f"`objectives` must be distinct names among "
                              f"{' '.join(hparams.SENTENCE_OBJECTIVES)}.")
         if c.neighbours not in hparams.SENTENCE_NEIGHBOURS:
-            raise ValueError(f"--neighbours must be one of "
+            raise ValueError(f"`neighbours` must be one of "
                              f"{', '.join(hparams.SENTENCE_NEIGHBOURS)}.")
         for name, least in dict(vocab_size=4, min_count=1, max_length=2, embedding_dim=1,
                                 units=1, num_mixtures=1, epochs=1, steps_per_epoch=1,
                                 batch_size=2, checkpoint_every=1, objectives_per_batch=1).items():
             value = getattr(c, name)
             if value is not None and value < least:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least {least}, got "
+                raise ValueError(f"`{name}` must be at least {least}, got "
                                  f"{value}.")
         check_precision(c.precision)
         if c.learning_rate <= 0 or c.clipnorm < 0 or c.l2_weight < 0:
-            raise ValueError("--learning-rate must be > 0, --clipnorm and --l2-weight >= 0.")
+            raise ValueError("`learning_rate` must be > 0, `clipnorm` and `l2_weight` >= 0.")
         if c.graph_run:
             if c.vocab:
-                raise ValueError("--graph-run brings its own tokenizer (the encoders read the "
-                                 "predictor's ids); leave out --vocab.")
+                raise ValueError("`graph_run` brings its own tokenizer (the encoders read the "
+                                 "predictor's ids); leave out `vocab`.")
             if not os.path.isfile(os.path.join(c.graph_run, "graph_predictor.keras")):
-                raise ValueError(f"--graph-run {c.graph_run!r} holds no graph_predictor.keras: "
-                                 "pass the --output-dir of a finished glomo pretrain run.")
+                raise ValueError(f"`graph_run` {c.graph_run!r} holds no graph_predictor.keras: "
+                                 "pass the `output_dir` of a finished glomo pretrain run.")
         return c
 
 
@@ -104,7 +136,7 @@ def check_resumable(saved, current):
     saved = {"precision": "float32", **saved}  # a run directory written before --precision
     refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
                             "Resume with the same settings, or start a new run with another "
-                            "--output-dir.", paths=("train", "validation", "vocab", "graph_run"))
+                            "`output_dir`.", paths=("train", "validation", "vocab", "graph_run"))
 
 
 def run_sentence_pretraining(config):
@@ -146,7 +178,7 @@ def load_data(s, tokenizer=None, run_dir=None):
     except ValueError as error:
         if "no document holds" not in str(error):
             raise
-        raise ValueError(f"{', '.join(map(str, s.train))}: {error} Check --format "
+        raise ValueError(f"{', '.join(map(str, s.train))}: {error} Check `format` "
                          f"({s.format!r}).") from None
     validation = None
     if s.validation:
@@ -172,7 +204,7 @@ def _train(s, run_dir):
     pairs = len(train["source"])
     if pairs < s.batch_size:
         raise ValueError(f"the corpus gives {pairs} sentence pairs, fewer than one batch of "
-                         f"--batch-size {s.batch_size}; lower it or add text.")
+                         f"`batch_size` {s.batch_size}; lower it or add text.")
     steps_per_epoch = s.steps_per_epoch or pairs // s.batch_size
     print(f"{pairs} sentence pairs, {tokenizer.vocabulary_size} units, {steps_per_epoch} steps "
           f"of {s.batch_size} per epoch.", flush=True)

@@ -23,11 +23,13 @@ import numpy as np
 
 from glomo_tf import evaluation, hparams
 from glomo_tf.data.batching import bucketed_training_batches, encode, length_sorted_batches
+from glomo_tf.experiments.settings import precision_setting, setting, verbose_setting
 from glomo_tf.precision import check_precision, precision_scope
 
 # Sentence-pair tasks (glomo_tf.models.build_pair_classifier; glomo_tf.data.pairs).
 PAIR_DATASETS = ("sick", "mrpc", "snli", "pairs")
-# Reading comprehension (glomo_tf.experiments.reading; glomo_tf.models.build_reader; glomo_tf.data.squad).
+# Reading comprehension (glomo_tf.experiments.reading, glomo_tf.models.build_reader,
+# glomo_tf.data.squad).
 READING_DATASETS = ("squad",)
 DATASETS = (("mr", "subj", "sst2", "sst5", "file", "listops", "imdb", "sst2_tfds") + PAIR_DATASETS
             + READING_DATASETS)
@@ -44,7 +46,7 @@ VALIDATION_FRACTION = 0.1
 TEST_FRACTION = 0.1
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class TransferConfig:
     """The settings of one downstream experiment (``glomo transfer``'s flags, one field each).
 
@@ -58,8 +60,8 @@ class TransferConfig:
     epoch. Outputs and gradients agree with the online path to float round-off (about 1e-7: the
     graphs come from batches of other shapes), not bit for bit, and a trained run amplifies
     round-off like any change of batch shapes: off by default so that results stay comparable
-    with earlier runs. ``top_k``: None (dense graphs) or the sources kept per receiving unit (:func:`glomo_tf.ops.top_k_sources`), in the
-    cache and in the GLoMo layers alike. ``graph_temperature``: None (the predictor's graphs as
+    with earlier runs. ``top_k``: None (dense graphs) or the sources kept per receiving unit
+    (:func:`glomo_tf.ops.top_k_sources`), in the cache and in the GLoMo layers alike. ``graph_temperature``: None (the predictor's graphs as
     they are) or a float above 0 that sharpens (below 1) or flattens (above 1) them
     (:func:`glomo_tf.ops.sharpen_graphs`), in the cache and the GLoMo layers alike.
     ``init_embeddings``: None (the models' word embeddings start random) or ``"predictor"``: every
@@ -78,38 +80,91 @@ class TransferConfig:
     its frozen predictor too), to be evaluated later on other data.
     """
 
-    dataset: str
-    output_dir: str
-    model: Optional[str] = None
-    tokenizer: Optional[str] = None
-    data_dir: Optional[str] = None
-    file: Optional[str] = None
-    test_file: Optional[str] = None
-    text_column: str = "text"
-    label_column: str = "label"
-    max_length: int = 64
-    variants: list = dataclasses.field(default_factory=lambda: list(hparams.DEFAULT_VARIANTS))
-    seeds: list = dataclasses.field(default_factory=lambda: [0, 1, 2, 3, 4])
-    split: str = "seeded"
-    folds: int = 10
-    embedding_dim: int = 128
-    rnn_units: int = 128
-    attention_heads: int = 4
-    dropout: float = 0.3
-    num_mixtures: int = 2
-    transfer_dropout: float = 0.0
-    epochs: int = 10
-    patience: int = 2
-    batch_size: int = 50
-    learning_rate: float = 1e-3
-    graph_cache: bool = False
-    top_k: Optional[int] = None
-    graph_temperature: Optional[float] = None
-    init_embeddings: Optional[str] = None
-    precision: str = "float32"
-    save_models: bool = False
-    resume: bool = False
-    verbose: int = 1
+    model: Optional[str] = setting(None, "a pretrained graph predictor's .keras file",
+                                   command_line=False)
+    tokenizer: Optional[str] = setting(None, "its tokenizer directory", command_line=False)
+    # data
+    dataset: str = setting(
+        help="mr, subj (Pang & Lee), sst2, sst5 (SST sentences, official train/dev/test), file "
+        "(your own, `file`), listops (a ListOps file, `file`), imdb, sst2_tfds (tfds); sentence "
+        "pairs: sick (SemEval split), mrpc, snli (1% train + dev, official test and its hard "
+        "subset), pairs (your own, `file`); reading comprehension: squad (SQuAD v1.1, split by "
+        "article)", group="data", metavar="|".join(DATASETS))
+    data_dir: Optional[str] = setting(None, "mr/subj/sst2/sst5: the folder holding the files "
+                                      "(default: the project's ../shared/data); imdb/sst2_tfds: "
+                                      "tfds data_dir", group="data")
+    file: Optional[str] = setting(
+        None, "`dataset` file: a .tsv/.csv file with a header, or a directory with one .txt file "
+        "or sub-directory per class; `dataset` listops: label<TAB>expression lines; `dataset` "
+        "pairs: a SICK or MRPC file as distributed, a .tsv/.csv with sentence1, sentence2 and "
+        "label columns, or SNLI .jsonl; `dataset` squad: a SQuAD v1.1 .json file (default the "
+        "shared dev-v1.1.json)", group="data")
+    test_file: Optional[str] = setting(None, "`dataset` file/listops/pairs/squad: a test file "
+                                       "in `file`'s format (default: a seeded 10% of `file`; "
+                                       "squad: a seeded share of its articles)", group="data")
+    text_column: str = setting("text", "text column of `file`", group="data")
+    label_column: str = setting("label", "label column of `file`", group="data")
+    max_length: int = setting(64, "units kept per text (squad: per passage, use about 300)",
+                              group="data")
+    # experiment
+    variants: list = setting(
+        help=f"any of {' '.join(hparams.VARIANTS)}; {' and '.join(hparams.PREDICTOR_VARIANTS)} "
+        "need a pretrained predictor (`run`, or `model` and `tokenizer`)", group="experiment",
+        metavar="VARIANT", default_factory=lambda: list(hparams.DEFAULT_VARIANTS))
+    seeds: list = setting(help="seeds to run (each: initial weights, shuffles, and for `split` "
+                          "seeded the split)", group="experiment", parse=int,
+                          default_factory=lambda: [0, 1, 2, 3, 4])
+    split: str = setting("seeded", "seeded 90/10 test split or k-fold cross-validation",
+                         group="experiment", choices=SPLITS)
+    folds: int = setting(10, "folds of `split` kfold", group="experiment")
+    # model and training
+    embedding_dim: int = setting(128, "width of the classifier's word embeddings",
+                                 group="model and training")
+    rnn_units: int = setting(128, "units of each direction of the classifier's GRU",
+                             group="model and training")
+    attention_heads: int = setting(4, "heads of the classifier's self-attention",
+                                   group="model and training")
+    dropout: float = setting(0.3, "dropout of the classifier", group="model and training")
+    num_mixtures: int = setting(2, "graph mixtures of each GlomoTransfer layer",
+                                group="model and training")
+    transfer_dropout: float = setting(0.0, "dropout on GlomoTransfer's fused input [H ; M H "
+                                      "...] (GLoMo and uniform variants)",
+                                      group="model and training")
+    epochs: int = setting(10, "most training epochs per run", group="model and training")
+    patience: int = setting(2, "epochs without a better validation accuracy before stopping",
+                            group="model and training")
+    batch_size: int = setting(50, "examples per training step", group="model and training")
+    learning_rate: float = setting(1e-3, "Adam learning rate", group="model and training")
+    init_embeddings: Optional[str] = setting(
+        None, "predictor: every variant's word embeddings (the baseline's too) start from the "
+        "pretrained predictor's table (`embedding_dim` must be its width; default: random)",
+        group="model and training", choices=INIT_EMBEDDINGS[1:])
+    graph_temperature: Optional[float] = setting(
+        None, "GLoMo variants: raise every row of the predictor's graphs to the power 1/TAU and "
+        "renormalise (below 1 sharper, above 1 flatter; a softmax temperature for a softmax "
+        "predictor; default: the graphs as they are)", group="model and training",
+        metavar="TAU")
+    # speed
+    graph_cache: bool = setting(
+        False, "GLoMo variants: compute the frozen predictor's graphs once per sentence and "
+        "reuse them every epoch instead of running the predictor on every batch (outputs and "
+        "gradients equal up to float round-off, about 1e-7, so trained runs are not bit for bit "
+        "the online ones)", group="speed")
+    top_k: Optional[int] = setting(
+        None, "GLoMo variants: keep the K heaviest sources of every receiving unit and mix the "
+        "graphs in that sparse form (gather + weighted sum); exact when K covers every row's "
+        "sources (default: dense graphs)", group="speed", metavar="K")
+    precision: str = precision_setting("speed")
+    # output
+    output_dir: str = setting(help="where results.json/.md are written")
+    save_models: bool = setting(False, "save every trained model as "
+                                "OUTPUT_DIR/models/VARIANT-seedS.keras (GLoMo variants with "
+                                "their frozen predictor)")
+    resume: bool = setting(False, "keep the runs of `output_dir`'s results.json (same "
+                           "settings; more seeds or variants may be added) and run only the "
+                           "missing ones; without it a directory that holds runs is refused, "
+                           "not overwritten")
+    verbose: int = verbose_setting()
 
     def validated(self):
         """A copy with variants and seeds deduplicated; raises ``ValueError`` naming the setting
@@ -117,19 +172,19 @@ class TransferConfig:
         c = dataclasses.replace(self, variants=list(dict.fromkeys(self.variants)),
                                 seeds=list(dict.fromkeys(self.seeds)))
         if c.dataset not in DATASETS:
-            raise ValueError(f"Unknown --dataset {c.dataset!r}; choose one of "
+            raise ValueError(f"Unknown `dataset` {c.dataset!r}; choose one of "
                              f"{', '.join(DATASETS)}.")
         unknown = [v for v in c.variants if v not in hparams.VARIANTS]
         if unknown:
             raise ValueError(f"Unknown variant(s) {', '.join(unknown)}; choose from "
                              f"{' '.join(hparams.VARIANTS)}.")
         if c.dataset in FILE_DATASETS and not c.file:
-            raise ValueError(f"--dataset {c.dataset} needs --file PATH ({FILE_HELP[c.dataset]}).")
+            raise ValueError(f"`dataset` {c.dataset} needs `file` PATH ({FILE_HELP[c.dataset]}).")
         readers = FILE_DATASETS + OPTIONAL_FILE_DATASETS
         if c.file and c.dataset not in readers:
-            raise ValueError(f"--file is read with --dataset {' / '.join(readers)} only.")
+            raise ValueError(f"`file` is read with `dataset` {' / '.join(readers)} only.")
         if c.test_file and c.dataset not in readers:
-            raise ValueError(f"--test-file is read with --dataset {' / '.join(readers)} "
+            raise ValueError(f"`test_file` is read with `dataset` {' / '.join(readers)} "
                              "only (the other datasets have their own split).")
         if c.dataset in PAIR_DATASETS + READING_DATASETS:
             from glomo_tf.models.pair_classifier import PAIR_VARIANTS
@@ -138,47 +193,48 @@ class TransferConfig:
                     else "reading comprehension")
             other = [v for v in c.variants if v not in PAIR_VARIANTS]
             if other:
-                raise ValueError(f"--dataset {c.dataset} is {kind}: its variants "
+                raise ValueError(f"`dataset` {c.dataset} is {kind}: its variants "
                                  f"are {' '.join(PAIR_VARIANTS)}, not {' '.join(other)}.")
             if c.split != "seeded":
-                raise ValueError(f"--dataset {c.dataset} runs --split seeded only.")
+                raise ValueError(f"`dataset` {c.dataset} runs `split` seeded only.")
             if c.graph_cache and c.dataset in PAIR_DATASETS:
-                raise ValueError(f"--dataset {c.dataset}: --graph-cache reads single texts; "
+                raise ValueError(f"`dataset` {c.dataset}: `graph_cache` reads single texts; "
                                  f"{kind} runs the predictor on each text of every batch (leave "
-                                 "out --graph-cache).")
+                                 "out `graph_cache`).")
         if c.split not in SPLITS:
-            raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {c.split!r}.")
+            raise ValueError(f"`split` must be one of {', '.join(SPLITS)}, got {c.split!r}.")
         if c.split == "kfold" and (c.dataset in TFDS_NAMES or c.dataset in SST_DATASETS
                                    or c.test_file):
-            raise ValueError(f"--dataset {c.dataset} has an official test set; use --split "
+            raise ValueError(f"`dataset` {c.dataset} has an official test set; use `split` "
                              "seeded.")
         if c.split == "kfold" and c.folds < 2:
-            raise ValueError("--folds must be >= 2.")
+            raise ValueError("`folds` must be >= 2.")
         for name in ("max_length", "epochs", "batch_size", "embedding_dim", "rnn_units",
                      "attention_heads", "num_mixtures"):
             if getattr(c, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1.")
+                raise ValueError(f"`{name}` must be >= 1.")
         if c.patience < 0 or not 0.0 <= c.dropout < 1.0 or c.learning_rate <= 0:
-            raise ValueError("--patience must be >= 0, --dropout in [0, 1), --learning-rate > 0.")
+            raise ValueError("`patience` must be >= 0, `dropout` in [0, 1), `learning_rate` > 0.")
         if c.top_k is not None and c.top_k < 1:
-            raise ValueError(f"--top-k must be >= 1 (or left out for dense graphs), got "
+            raise ValueError(f"`top_k` must be >= 1 (or left out for dense graphs), got "
                              f"{c.top_k}.")
-        hparams.check_graph_temperature(c.graph_temperature, "--graph-temperature")
+        hparams.check_graph_temperature(c.graph_temperature, "`graph_temperature`")
         check_precision(c.precision)
         if not 0.0 <= c.transfer_dropout < 1.0:
-            raise ValueError(f"--transfer-dropout must be in [0, 1), got {c.transfer_dropout}.")
+            raise ValueError(f"`transfer_dropout` must be in [0, 1), got {c.transfer_dropout}.")
         if c.init_embeddings not in INIT_EMBEDDINGS:
-            raise ValueError(f"--init-embeddings must be one of "
+            raise ValueError(f"`init_embeddings` must be one of "
                              f"{', '.join(str(v) for v in INIT_EMBEDDINGS[1:])}, got "
                              f"{c.init_embeddings!r}.")
         if c.init_embeddings == "predictor" and c.model is None:
-            raise ValueError("--init-embeddings predictor needs a pretrained predictor: pass "
-                             "--preset NAME or --run RUN_DIR.")
+            raise ValueError("`init_embeddings` predictor needs a pretrained predictor: pass "
+                             "`preset` NAME or `run` RUN_DIR.")
         needing = [v for v in c.variants if v in hparams.PREDICTOR_VARIANTS]
         if c.model is None and needing:
             raise ValueError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
-                             "predictor: pass --preset NAME, --run RUN_DIR (or --model and --tokenizer), or run "
-                             "only --variants baseline uniform cn3 shared_private.")
+                             "predictor: pass `preset` NAME, `run` RUN_DIR (or `model` and "
+                             "`tokenizer`), or run only `variants` baseline uniform cn3 "
+                             "shared_private.")
         return c
 
 
@@ -509,7 +565,7 @@ def _prepare_output(config, record, class_names):
     try:
         os.makedirs(config.output_dir, exist_ok=True)
     except OSError as error:
-        raise ValueError(f"Cannot create --output-dir {config.output_dir!r}: {error}") from None
+        raise ValueError(f"Cannot create `output_dir` {config.output_dir!r}: {error}") from None
     saved_config = {**dataclasses.asdict(config), **(record or {}), "class_names": class_names}
     runs = previous_runs(config, saved_config)
     if runs:
@@ -545,7 +601,7 @@ def _load_pretrained(config):
         raise ValueError(str(error).replace("\n", " ")) from None
     check_vocabulary_matches(tokenizer.vocabulary, predictor)
     if config.init_embeddings == "predictor" and config.embedding_dim != predictor.hidden_dim:
-        raise ValueError(f"--init-embeddings predictor needs --embedding-dim "
+        raise ValueError(f"`init_embeddings` predictor needs `embedding_dim` "
                          f"{predictor.hidden_dim} (the predictor's width), got "
                          f"{config.embedding_dim}.")
     return predictor, tokenizer
@@ -731,27 +787,28 @@ def previous_runs(config, saved_config):
         with open(path, encoding="utf-8") as handle:
             previous = json.load(handle)
         runs, settings = list(previous["runs"]), dict(previous["config"])
-        settings.setdefault("precision", "float32")  # results written before --precision
+        settings.setdefault("precision", "float32")  # results written before `precision`
+        settings.pop("flags", None)  # the command line's flag table, kept by some earlier builds
         keys = {(r["variant"], r["seed"], r["fold"]) for r in runs}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path} cannot be read as a glomo transfer result ({error}): move it "
-                         "away or choose another --output-dir.") from None
+                         "away or choose another `output_dir`.") from None
     if not runs:
         return []
     if not config.resume:
-        raise ValueError(f"--output-dir {config.output_dir} already holds {len(runs)} run(s) in "
-                         "results.json: pass --resume to keep them and run only the missing "
-                         "ones, or choose another --output-dir.")
+        raise ValueError(f"`output_dir` {config.output_dir} already holds {len(runs)} run(s) in "
+                         "results.json: pass `resume` to keep them and run only the missing "
+                         "ones, or choose another `output_dir`.")
     current = json.loads(json.dumps(saved_config))  # compared as results.json stores it
     changed = [f"{k} {settings.get(k)!r} -> {current.get(k)!r}"
                for k in sorted(set(settings) | set(current))
                if k not in RESUMABLE_SETTINGS and settings.get(k) != current.get(k)]
     if changed:
-        raise ValueError(f"--resume: {path} was made with other settings ({'; '.join(changed)}): "
-                         "resume with its settings or choose another --output-dir.")
+        raise ValueError(f"`resume`: {path} was made with other settings ({'; '.join(changed)}): "
+                         "resume with its settings or choose another `output_dir`.")
     if len(keys) != len(runs):
         raise ValueError(f"{path} holds the same (variant, seed, fold) run twice: move it away "
-                         "or choose another --output-dir.")
+                         "or choose another `output_dir`.")
     return runs
 
 
