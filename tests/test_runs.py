@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from glomo_tf.experiments.runs import open_run_directory, refuse_changed_settings, resuming
+from glomo_tf.experiments.runs import RunDirectory, refuse_changed_settings
 
 WORKER_1 = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker",
                                                                        "index": 1}})
@@ -25,18 +25,18 @@ def checkpoint(run_dir):
 def test_config_on_the_chief_only_and_other_settings_refused(tmp_path, monkeypatch):
     run = tmp_path / "run"
     monkeypatch.setenv("TF_CONFIG", WORKER_1)
-    open_run_directory(str(run), {"hidden_dim": 8, "epochs": 1, "sizes": (1, 2)}, check)
+    RunDirectory(str(run)).open({"hidden_dim": 8, "epochs": 1, "sizes": (1, 2)}, check)
     assert run.is_dir() and not (run / "config.json").exists()  # not the chief: no writer
     monkeypatch.delenv("TF_CONFIG")
-    open_run_directory(str(run), {"hidden_dim": 8, "epochs": 1, "sizes": (1, 2)}, check)
+    RunDirectory(str(run)).open({"hidden_dim": 8, "epochs": 1, "sizes": (1, 2)}, check)
     assert json.loads((run / "config.json").read_text())["sizes"] == [1, 2]
-    assert not resuming(str(run))
+    assert not RunDirectory(str(run)).resuming
     # No checkpoint yet: a new start with other settings replaces them.
-    open_run_directory(str(run), {"hidden_dim": 16, "epochs": 1, "sizes": (1, 2)}, check)
+    RunDirectory(str(run)).open({"hidden_dim": 16, "epochs": 1, "sizes": (1, 2)}, check)
     checkpoint(run)
-    assert resuming(str(run))
+    assert RunDirectory(str(run)).resuming
     # A run to resume: more epochs may change, the model may not (tuples compare as saved).
-    open_run_directory(str(run), {"hidden_dim": 16, "epochs": 3, "sizes": (1, 2)}, check)
+    RunDirectory(str(run)).open({"hidden_dim": 16, "epochs": 3, "sizes": (1, 2)}, check)
     assert json.loads((run / "config.json").read_text())["epochs"] == 3
     with pytest.raises(ValueError, match="hidden_dim: 16 -> 32"):
-        open_run_directory(str(run), {"hidden_dim": 32, "epochs": 3, "sizes": (1, 2)}, check)
+        RunDirectory(str(run)).open({"hidden_dim": 32, "epochs": 3, "sizes": (1, 2)}, check)

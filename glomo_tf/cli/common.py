@@ -48,6 +48,23 @@ def add_settings(parser, config_class, skip=(), groups=None):
     return groups
 
 
+def add_command(subparsers, name, config_class, run, pretrained=False, **parser_args):
+    """The parser of a command that runs one config class: its settings' flags
+    (:func:`add_settings`), ``--verbose`` when it has that setting, ``--preset`` / ``--run`` /
+    ``--model`` + ``--tokenizer`` when it reads a pretrained predictor, and ``run(args)`` to call
+    (``parser_args``: ``help``, ``description``)."""
+    parser = subparsers.add_parser(name, formatter_class=HelpFormatter, **parser_args)
+    if pretrained:
+        add_pretrained_arguments(parser)
+    groups = add_settings(parser, config_class)
+    verbose = next((f for f in dataclasses.fields(config_class) if f.name == "verbose"), None)
+    if verbose is not None:
+        group = verbose.metadata["setting"]["group"]
+        add_verbose_argument(groups[group] if group else parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
 def config_from(args, config_class, **given):
     """A ``config_class`` from the parsed flags that are its fields (``verbose`` resolved as
     :func:`resolve_verbose` says) and the ``given`` values."""

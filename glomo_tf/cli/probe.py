@@ -1,7 +1,7 @@
 """``glomo probe``: the flags of :class:`glomo_tf.experiments.probe.ProbeConfig`, then
 :func:`glomo_tf.experiments.probe.run_probe`."""
 
-from glomo_tf.cli.common import HelpFormatter, add_settings, config_from
+from glomo_tf.cli.common import add_command, config_from
 from glomo_tf.experiments.probe import ProbeConfig, run_probe
 
 DESCRIPTION = ("SentEval's protocol on frozen sentence vectors: logistic regression, 10-fold "
@@ -10,11 +10,9 @@ DESCRIPTION = ("SentEval's protocol on frozen sentence vectors: logistic regress
 
 
 def register(subparsers):
-    p = subparsers.add_parser(
-        "probe", help="probe sentence encoders with logistic regression (SentEval's protocol)",
-        description=DESCRIPTION, formatter_class=HelpFormatter)
-    add_settings(p, ProbeConfig)
-    p.set_defaults(func=run)
+    add_command(subparsers, "probe", ProbeConfig, run,
+                help="probe sentence encoders with logistic regression (SentEval's protocol)",
+                description=DESCRIPTION)
 
 
 def run(args):

@@ -2,7 +2,7 @@
 :class:`glomo_tf.experiments.sentence_pretraining.SentencePretrainingConfig`, then
 :func:`glomo_tf.experiments.sentence_pretraining.run_sentence_pretraining`."""
 
-from glomo_tf.cli.common import HelpFormatter, add_settings, add_verbose_argument, config_from
+from glomo_tf.cli.common import add_command, config_from
 from glomo_tf.experiments.sentence_pretraining import (SentencePretrainingConfig,
                                                        run_sentence_pretraining)
 
@@ -11,13 +11,9 @@ DESCRIPTION = ("Self-supervised sentence encoders (Quick Thoughts, Self Predicti
 
 
 def register(subparsers):
-    p = subparsers.add_parser(
-        "sentence-pretrain", help="pretrain sentence encoders on consecutive sentences",
-        description=DESCRIPTION + " Run it again with the same --output-dir to resume.",
-        formatter_class=HelpFormatter)
-    groups = add_settings(p, SentencePretrainingConfig)
-    add_verbose_argument(groups["run"])
-    p.set_defaults(func=run)
+    add_command(subparsers, "sentence-pretrain", SentencePretrainingConfig, run,
+                help="pretrain sentence encoders on consecutive sentences",
+                description=DESCRIPTION + " Run it again with the same --output-dir to resume.")
 
 
 def run(args):

@@ -54,21 +54,15 @@ on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by arti
 
 import os
 
-from glomo_tf.cli.common import (HelpFormatter, add_pretrained_arguments, add_settings,
-                                 add_verbose_argument, config_from, pretrained_paths)
+from glomo_tf.cli.common import add_command, config_from, pretrained_paths
 from glomo_tf.experiments.transfer import TransferConfig, run_transfer
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        "transfer", help="text classification with and without transferred graphs (results table)",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=HelpFormatter)
-    add_pretrained_arguments(parser)
-    add_settings(parser, TransferConfig)
-    add_verbose_argument(parser)
-    parser.set_defaults(func=run)
-    return parser
+    return add_command(
+        subparsers, "transfer", TransferConfig, run, pretrained=True,
+        help="text classification with and without transferred graphs (results table)",
+        description=__doc__.split("\n\n")[0])
 
 
 def run(args):

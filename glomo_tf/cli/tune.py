@@ -28,21 +28,16 @@ Examples::
 """
 
 
-from glomo_tf.cli.common import (HelpFormatter, UsageError, add_settings, add_verbose_argument,
-                                 config_from)
+from glomo_tf.cli.common import UsageError, add_command, config_from
 from glomo_tf.experiments.search import SearchConfig, run_search
 
 
 def register(subparsers):
-    p = subparsers.add_parser(
-        "tune", help="search GLoMo pretraining settings (D, heads, layers, ...) with KerasTuner",
+    return add_command(
+        subparsers, "tune", SearchConfig, run,
+        help="search GLoMo pretraining settings (D, heads, layers, ...) with KerasTuner",
         description=__doc__.split("\n\n")[0] + " Run it again with the same --directory and "
-                                               "--project to resume.",
-        formatter_class=HelpFormatter)
-    groups = add_settings(p, SearchConfig)
-    add_verbose_argument(groups["search"])
-    p.set_defaults(func=run)
-    return p
+                                               "--project to resume.")
 
 
 def run(args):

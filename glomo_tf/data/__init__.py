@@ -4,9 +4,9 @@ The names below load their module on first use: the planted corpus and the label
 readers need only NumPy, the tokenizer and the corpus pipelines TensorFlow and tensorflow-text.
 """
 
-import importlib
+from glomo_tf._lazy import lazy_names
 
-_PUBLIC = {
+__all__, __getattr__, __dir__ = lazy_names(__name__, {
     "glomo_tf.data.planted": (
         "PlantedCorpus", "PlantedVocabulary", "builtin_corpus", "generate_planted_corpus"),
     "glomo_tf.data.corpus": (
@@ -27,12 +27,4 @@ _PUBLIC = {
     "glomo_tf.data.graph_cache": (
         "GraphCache", "batch_of", "cached_training_batches", "compute_graphs",
         "with_graphs"),
-}
-_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name):
-    if name in _MODULE_OF:
-        return getattr(importlib.import_module(_MODULE_OF[name]), name)
-    raise AttributeError(f"module 'glomo_tf.data' has no attribute {name!r}")
+})

@@ -29,7 +29,7 @@ from typing import Optional
 
 from glomo_tf import hparams
 from glomo_tf.precision import check_precision, precision_scope
-from glomo_tf.experiments.runs import open_run_directory, refuse_changed_settings, resuming
+from glomo_tf.experiments.runs import RunDirectory, refuse_changed_settings
 from glomo_tf.experiments.settings import (count_or_all, precision_setting, setting,
                                            verbose_setting)
 
@@ -156,7 +156,7 @@ class PretrainingConfig:
                                     metavar="STEPS")
     probe: Optional[list] = setting(None, "a probe sentence drawn in TensorBoard every epoch "
                                     "(repeatable)", group="run", metavar="TEXT", repeat=True)
-    verbose: int = verbose_setting()
+    verbose: int = verbose_setting(group="run")
     data_licence: Optional[str] = setting(None, "the corpus' licence, recorded in the preset's "
                                           "metadata.json", group="run", metavar="TEXT")
 
@@ -291,7 +291,7 @@ def load_or_build_tokenizer(s, lines, run_dir):
     from glomo_tf import training
     from glomo_tf.data.vocabulary import Tokenizer
     saved = os.path.join(run_dir, "tokenizer")
-    resumed = resuming(run_dir) and os.path.isfile(os.path.join(saved, "vocab.txt"))
+    resumed = RunDirectory(run_dir).resuming and os.path.isfile(os.path.join(saved, "vocab.txt"))
     source = saved if resumed else s.vocab
     if source:
         try:
@@ -346,7 +346,7 @@ def run_pretraining(config):
     ``output_dir``; returns 0. Raises ``ValueError`` for settings or data to change."""
     s = config.validated()  # before TensorFlow loads: a bad setting fails at once
     run_dir = s.output_dir
-    open_run_directory(run_dir, dataclasses.asdict(s), check_resumable)
+    RunDirectory(run_dir).open(dataclasses.asdict(s), check_resumable)
     with precision_scope(s.precision):
         return _pretrain(s, run_dir)
 
@@ -369,7 +369,7 @@ def _pretrain(s, run_dir):
         raise ValueError(f"`global_batch_size` {global_batch} is not divisible by the "
                          f"{replicas} replicas.")
 
-    first_start = not resuming(run_dir)  # a resumed run's corpus passed the checks already
+    first_start = not RunDirectory(run_dir).resuming  # a resumed run's corpus passed the checks already
     lines = load_corpus(s, check_encoding=first_start)
     tokenizer = load_or_build_tokenizer(s, lines, run_dir)
     validation_lines = load_corpus(dataclasses.replace(s, train=s.validation, tfds=None),
@@ -392,13 +392,8 @@ def _pretrain(s, run_dir):
         model.build()
     check_vocabulary_matches(tokenizer, model)
 
-    checkpoints = os.path.join(run_dir, "checkpoints")
-    restored = training.restore_latest(model, checkpoints)
-    step = int(model.optimizer.iterations.numpy())
-    first_epoch, done_in_epoch = divmod(step, steps_per_epoch)
-    if restored:
-        print(f"Resuming from {restored['path']}: step {step}, epoch {first_epoch + 1}, "
-              f"batch {done_in_epoch} of {steps_per_epoch}.", flush=True)
+    checkpoints = RunDirectory(run_dir).checkpoints
+    step, first_epoch, done_in_epoch = RunDirectory(run_dir).restore(model, steps_per_epoch)
     if first_epoch >= s.epochs:
         print(f"Already trained for {s.epochs} epochs ({step} steps); raise --epochs to "
               "train more.")

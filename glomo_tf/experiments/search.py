@@ -82,7 +82,7 @@ class SearchConfig:
                               "resume)", group="search")
     seed: int = setting(0, "seeds the data split, the oracle and every trial's initial weights",
                         group="search")
-    verbose: int = verbose_setting(2)
+    verbose: int = verbose_setting(2, "search")
 
     def validated(self):
         """A copy with the choices sorted and deduplicated and the window and shift filled in;

@@ -24,7 +24,7 @@ from typing import Optional
 from glomo_tf import hparams
 from glomo_tf.precision import check_precision, precision_scope
 from glomo_tf.data.sentences import CORPUS_FORMATS
-from glomo_tf.experiments.runs import open_run_directory, refuse_changed_settings
+from glomo_tf.experiments.runs import RunDirectory, refuse_changed_settings
 from glomo_tf.experiments.settings import (count_or_all, precision_setting, setting,
                                            verbose_setting)
 
@@ -93,7 +93,7 @@ class SentencePretrainingConfig:
     output_dir: str = setting(help="run directory (resumed if it exists)", group="run")
     checkpoint_every: int = setting(200, "steps between crash-safe checkpoints", group="run",
                                     metavar="STEPS")
-    verbose: int = verbose_setting()
+    verbose: int = verbose_setting(group="run")
 
     def validated(self):
         """A checked copy; raises ``ValueError`` naming the flag to change."""
@@ -143,7 +143,7 @@ def run_sentence_pretraining(config):
     """Runs (or resumes) the run a :class:`SentencePretrainingConfig` describes; returns 0."""
     s = config.validated()
     run_dir = s.output_dir
-    open_run_directory(run_dir, dataclasses.asdict(s), check_resumable)
+    RunDirectory(run_dir).open(dataclasses.asdict(s), check_resumable)
     with precision_scope(s.precision):
         return _train(s, run_dir)
 
@@ -222,13 +222,8 @@ def _train(s, run_dir):
                   jit_compile=bool(s.jit))
     model.build()
 
-    checkpoints = os.path.join(run_dir, "checkpoints")
-    restored = training.restore_latest(model, checkpoints)
-    step = int(model.optimizer.iterations.numpy())
-    first_epoch, done_in_epoch = divmod(step, steps_per_epoch)
-    if restored:
-        print(f"Resuming from {restored['path']}: step {step}, epoch {first_epoch + 1}, "
-              f"batch {done_in_epoch} of {steps_per_epoch}.", flush=True)
+    checkpoints = RunDirectory(run_dir).checkpoints
+    step, first_epoch, done_in_epoch = RunDirectory(run_dir).restore(model, steps_per_epoch)
     examples = tf.data.Dataset.from_tensor_slices(train)
     validation_data = None
     if validation is not None and len(validation["source"]):

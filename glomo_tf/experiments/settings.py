@@ -76,10 +76,10 @@ def precision_setting(group=None):
         "without `jit` on a CPU", group=group, choices=PRECISIONS)
 
 
-def verbose_setting(default=1):
+def verbose_setting(default=1, group=None):
     """The ``verbose`` setting (how much ``model.fit`` prints; the command line picks its
     default from the terminal, ``glomo_tf.cli.common.add_verbose_argument``)."""
-    return setting(default, "0: quiet, 1: a progress bar, 2: one line per epoch",
+    return setting(default, "0: quiet, 1: a progress bar, 2: one line per epoch", group=group,
                    command_line=False)
 
 

@@ -156,10 +156,7 @@ class GlomoPretrainer(keras.Model):
 
     def sample_positions(self, length):
         """Start positions ``[S]`` of the decoded contexts for windows of ``length`` units."""
-        if self.num_positions is None:
-            return tf.range(length)
-        return keras.random.randint((self.num_positions,), 0, length, dtype="int32",
-                                    seed=self.seed_generator)
+        return sample_positions(self.num_positions, length, self.seed_generator)
 
     def context_loss(self, token_ids, training=False):
         """Returns ``(loss, total cross-entropy, number of predicted units)`` for a batch."""
@@ -218,13 +215,7 @@ class GlomoPretrainer(keras.Model):
     # ------------------------------------------------------------------ fit / evaluate
     def train_step(self, data):
         token_ids = _ids_from_data(data)
-        with tf.GradientTape() as tape:
-            loss, total_ce, total_units = self.context_loss(token_ids, training=True)
-            scaled = replica_loss(self, loss)
-        variables = self.trainable_variables
-        grads = tape.gradient(scaled, variables)
-        self.optimizer.apply(grads, variables)
-        return self._update_metrics(loss, total_ce, total_units)
+        return optimizer_step(self, lambda: self.context_loss(token_ids, training=True))
 
     def test_step(self, data):
         loss, total_ce, total_units = self.context_loss(_ids_from_data(data), training=False)
@@ -273,6 +264,26 @@ def context_cross_entropy(targets, logits):
     step's ``[B S D, V]`` logits."""
     return keras.losses.sparse_categorical_crossentropy(
         targets, tf.cast(logits, tf.float32), from_logits=True)
+
+
+def optimizer_step(model, context_loss):
+    """One training step of a pretrainer: ``context_loss()`` gives ``(loss, total
+    cross-entropy, units)``; the loss (scaled for the replicas, :func:`replica_loss`) is
+    differentiated and applied by the model's optimizer; returns the updated metrics."""
+    with tf.GradientTape() as tape:
+        loss, total_ce, total_units = context_loss()
+        scaled = replica_loss(model, loss)
+    variables = model.trainable_variables
+    model.optimizer.apply(tape.gradient(scaled, variables), variables)
+    return model._update_metrics(loss, total_ce, total_units)
+
+
+def sample_positions(num_positions, length, seed_generator):
+    """Every position of ``length`` (``num_positions`` None) or ``num_positions`` of them drawn
+    uniformly with ``seed_generator``, ``[S]`` int32: the positions a pretrainer decodes."""
+    if num_positions is None:
+        return tf.range(length)
+    return keras.random.randint((num_positions,), 0, length, dtype="int32", seed=seed_generator)
 
 
 def _as_ids(token_ids):

@@ -8,7 +8,7 @@ from glomo_tf.hparams import COMPOSITIONS, DIRECTIONS, GRAPH_PREDICTOR_2D, PRETR
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.graph_predictor_2d import GraphPredictor2D, image_units
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
-from glomo_tf.models.pretrainer import Perplexity, replica_loss
+from glomo_tf.models.pretrainer import Perplexity, optimizer_step, sample_positions
 
 P2 = PRETRAINER_2D
 # GraphPredictor2D's arguments that GlomoPretrainer2D.from_sizes passes on.
@@ -190,10 +190,7 @@ class GlomoPretrainer2D(keras.Model):
 
     def sample_positions(self, length):
         """The pixels ``[S]`` (raster indices) whose windows are predicted this step."""
-        if self.num_positions is None:
-            return tf.range(length)
-        return keras.random.randint((self.num_positions,), 0, length, dtype="int32",
-                                    seed=self.seed_generator)
+        return sample_positions(self.num_positions, length, self.seed_generator)
 
     def window_targets(self, levels, positions, direction):
         """Targets and weights of one direction's windows at ``positions``.
@@ -257,14 +254,8 @@ class GlomoPretrainer2D(keras.Model):
     # ------------------------------------------------------------------ fit / evaluate
     def train_step(self, data):
         images, targets = _images_from_data(data)
-        with tf.GradientTape() as tape:
-            loss, total_ce, total_values = self.context_loss(images, training=True,
-                                                             targets=targets)
-            scaled = replica_loss(self, loss)
-        variables = self.trainable_variables
-        grads = tape.gradient(scaled, variables)
-        self.optimizer.apply(grads, variables)
-        return self._update_metrics(loss, total_ce, total_values)
+        return optimizer_step(
+            self, lambda: self.context_loss(images, training=True, targets=targets))
 
     def test_step(self, data):
         images, targets = _images_from_data(data)

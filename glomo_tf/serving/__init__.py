@@ -6,20 +6,11 @@
   APIs over any SavedModel, with version hot-swap and request batching.
 """
 
-import importlib
+from glomo_tf._lazy import lazy_names
 
-_EXPORTS = {
-    "ServingClient": "glomo_tf.serving.client",
-    "extract": "glomo_tf.serving.client",
-    "ServingError": "glomo_tf.serving.errors",
-    "ModelServer": "glomo_tf.serving.server",
-    "ModelConfig": "glomo_tf.serving.models",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'glomo_tf.serving' has no attribute {name!r}")
+__all__, __getattr__, __dir__ = lazy_names(__name__, {
+    "glomo_tf.serving.client": ("ServingClient", "extract"),
+    "glomo_tf.serving.errors": ("ServingError",),
+    "glomo_tf.serving.server": ("ModelServer",),
+    "glomo_tf.serving.models": ("ModelConfig",),
+})
