@@ -248,12 +248,18 @@ def batch_of(cache, rows, length):
             n = x.shape[0]
             return np.pad(x, [(0, length - n), (0, 0), (0, length - n)])
 
-        return {"packed_candidates": np.stack([pad_candidates(cache.sentence_candidates(i))
-                                               for i in rows])}
+        return _packed(np.stack([pad_candidates(cache.sentence_candidates(i)) for i in rows]))
     if cache.k is None:
         return np.stack([pad(x, 2) for x in parts])
     return (np.stack([pad(x[0][..., :, :], 2)[..., :cache.k] for x in parts]),
             np.stack([pad(x[1], 2)[..., :cache.k] for x in parts]))
+
+
+def _packed(matrices):
+    """Packed candidate matrices ``[b, T, C, T]`` as the layers take them
+    (:class:`~glomo_tf.layers.GraphInput`'s ``packed_candidates`` form)."""
+    from glomo_tf.layers.graph_input import GraphInput
+    return GraphInput("packed_candidates", (matrices,)).value()
 
 
 def _elements(cache):
@@ -298,8 +304,7 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     def cut(x, y, n, graphs):
         n = tf.maximum(n, 1)
         if cache.candidates is not None:
-            return x[:n], {"packed_candidates": tf.reshape(
-                graphs[0], [n, cache.num_candidates, n])}, y
+            return x[:n], _packed(tf.reshape(graphs[0], [n, cache.num_candidates, n])), y
         last = [n] if cache.k is None else [cache.k]
         graphs = tuple(tf.reshape(g, head + [n] + last) for g in graphs)
         if cache.k is not None:
@@ -345,8 +350,8 @@ def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,
     def add(ids, labels):
         graphs = ops.sharpen_graphs(predictor(ids, training=False)["graphs"], graph_temperature)
         if candidates:
-            return (ids, {"packed_candidates": GraphMixture.candidate_matrices(
-                graphs, include_products, packed=True)}), labels
+            return (ids, _packed(GraphMixture.candidate_matrices(
+                graphs, include_products, packed=True))), labels
         if top_k is None:
             return (ids, graphs), labels
         return (ids, *ops.top_k_sources(graphs, int(top_k))), labels

@@ -26,7 +26,8 @@ class GraphInput:
 
     :meth:`parse` checks the structure and the ranks once, at the boundary of the layer that
     takes the graphs (:class:`~glomo_tf.GraphMixture`, :class:`~glomo_tf.GlomoTransfer`, the
-    graph cache's fed model); the layers then dispatch on :attr:`form`.
+    graph cache's fed model); the layers then dispatch on :attr:`form`. The graph cache writes
+    its batches with :meth:`value`, in the form the layers parse.
 
     Attributes:
         form: one of :data:`FORMS`.
