@@ -143,7 +143,7 @@ def read_documents(paths, corpus_format="wikitext"):
     if not any(len(d) >= 2 for d in documents):
         raise ValueError(
             f"{', '.join(map(str, paths))}: no document holds two sentences, so there is no "
-            f"consecutive pair to train on. Check --format ({corpus_format!r}): 'lines' reads one "
+            f"consecutive pair to train on. Check `format` ({corpus_format!r}): 'lines' reads one "
             "sentence per line with blank lines between documents, 'wikitext' one paragraph per "
             "line with ' = Title = ' lines between articles, 'books' one paragraph of prose per "
             "line with blank lines between books.")
