@@ -25,17 +25,15 @@ class UsageError(Exception):
     """An error in the user's input or environment, reported without a traceback."""
 
 
-def add_settings(parser, config_class, skip=(), groups=None):
+def add_settings(parser, config_class):
     """Adds a flag for every setting of ``config_class`` (a dataclass of
-    :func:`glomo_tf.experiments.settings.setting` fields) but those named in ``skip``: the flag
-    ``--name-with-dashes`` (or the setting's ``flags``), its destination the field's name, its
-    type, default, choices and help the field's; a ``bool`` is a switch with its ``--no-...``
-    form, a list takes one or more values. Settings with a ``group`` go under
-    that heading (``groups``: headings made before, ``{name: argument group}``, added to)."""
-    groups = {} if groups is None else groups
+    :func:`glomo_tf.experiments.settings.setting` fields): the flag ``--name-with-dashes`` (or the
+    setting's ``flags``), its destination the field's name, its type, default, choices and help
+    the field's; a ``bool`` is a switch with its ``--no-...`` form, a list takes one or more
+    values. Settings with a ``group`` go under that heading; returns the headings,
+    ``{name: argument group}``."""
+    groups = {}
     for field, kind, meta in settings_of(config_class):
-        if field.name in skip:
-            continue
         group = meta["group"]
         if group is None:
             target = parser
