@@ -11,12 +11,13 @@ from glomo_tf.experiments.settings import default_of, precision_setting, setting
 
 class HelpFormatter(argparse.HelpFormatter):
     """Every option's default shown once: appended as ``(default: X)`` unless its help already
-    says what the default is or it has none (None, False)."""
+    says what the default is or it has none (None, False, an empty list)."""
 
     def _get_help_string(self, action):
         text = action.help or ""
         if (not action.option_strings or "default" in text.lower()
-                or action.default in (None, False, argparse.SUPPRESS)):
+                or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or action.default in ([], ())):
             return text
         return f"{text} (default: %(default)s)"
 
