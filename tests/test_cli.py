@@ -96,7 +96,7 @@ def test_help_parses_without_importing_tensorflow():
 
 def test_every_option_has_help_and_shows_its_default_once():
     """`glomo CMD --help`: each option explains itself; a default appears once (appended by the
-    formatter unless the help already says it), never as "(default: None)"."""
+    formatter unless the help already says it), never as "(default: None)" or an empty list."""
     import argparse
 
     from glomo_tf.cli import build_parser
@@ -112,7 +112,9 @@ def test_every_option_has_help_and_shows_its_default_once():
             shown = formatter._expand_help(action)
             assert shown.lower().count("(default") <= 1, (name, shown)
             assert "(default: None)" not in shown and "(default: False)" not in shown
-            if action.default not in (None, False) and action.dest != "help":
+            assert "(default: [])" not in shown
+            if (action.default is not None and action.default is not False
+                    and action.default != [] and action.dest != "help"):
                 assert "default" in shown.lower(), (name, action.option_strings[0], shown)
         command.format_help()  # every help string formats (no stray %)
 
