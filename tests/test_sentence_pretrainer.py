@@ -289,10 +289,14 @@ def test_a_jit_compiled_step_gives_the_same_losses():
 
 
 def test_signatures_and_the_command_hold_the_hparams_defaults():
+    import argparse
     import inspect
 
     from glomo_tf import SentenceEncoder, hparams
-    from glomo_tf.cli.sentence_pretrain import D
+    from glomo_tf.cli import sentence_pretrain
+
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    command = sentence_pretrain.register(subparsers) or subparsers.choices["sentence-pretrain"]
 
     def defaults(f):
         return {k: p.default for k, p in inspect.signature(f).parameters.items()
@@ -303,5 +307,5 @@ def test_signatures_and_the_command_hold_the_hparams_defaults():
     for f in (SentencePretrainer.__init__, SentenceEncoder.__init__):
         assert {k: defaults(f)[k] for k in hparams.SENTENCE_ENCODER} == hparams.SENTENCE_ENCODER
     for k, v in {**hparams.SENTENCE_PRETRAIN_COMMAND, **hparams.SENTENCE_ENCODER}.items():
-        assert getattr(D, k) == v, k
-    assert tuple(D.objectives) == hparams.SENTENCE_OBJECTIVES
+        assert command.get_default(k) == v, k  # the flags' defaults, from the config's fields
+    assert tuple(command.get_default("objectives")) == hparams.SENTENCE_OBJECTIVES
