@@ -176,7 +176,6 @@ def resolve_verbose(value):
 def add_precision_argument(parser):
     """``--precision float32|mixed_bfloat16``: the Keras dtype policy of the command's models
     (the runners' ``precision`` setting, for the commands without a config class)."""
-    field = precision_setting()
-    field.name = "precision"
-    parser.add_argument("--precision", dest="precision",
-                        **_argument(field, str, field.metadata["setting"]))
+    meta = precision_setting().metadata["setting"]
+    parser.add_argument("--precision", default="float32", choices=meta["choices"],
+                        help=meta["help"])

@@ -392,8 +392,9 @@ def _pretrain(s, run_dir):
         model.build()
     check_vocabulary_matches(tokenizer, model)
 
-    checkpoints = RunDirectory(run_dir).checkpoints
-    step, first_epoch, done_in_epoch = RunDirectory(run_dir).restore(model, steps_per_epoch)
+    run = RunDirectory(run_dir)
+    checkpoints = run.checkpoints
+    step, first_epoch, done_in_epoch = run.restore(model, steps_per_epoch)
     if first_epoch >= s.epochs:
         print(f"Already trained for {s.epochs} epochs ({step} steps); raise --epochs to "
               "train more.")

@@ -222,8 +222,9 @@ def _train(s, run_dir):
                   jit_compile=bool(s.jit))
     model.build()
 
-    checkpoints = RunDirectory(run_dir).checkpoints
-    step, first_epoch, done_in_epoch = RunDirectory(run_dir).restore(model, steps_per_epoch)
+    run = RunDirectory(run_dir)
+    checkpoints = run.checkpoints
+    step, first_epoch, done_in_epoch = run.restore(model, steps_per_epoch)
     examples = tf.data.Dataset.from_tensor_slices(train)
     validation_data = None
     if validation is not None and len(validation["source"]):
