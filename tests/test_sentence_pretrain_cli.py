@@ -76,6 +76,35 @@ def test_run_directory_and_resume_equal_an_uninterrupted_run(tmp_path, capsys):
     assert "Already trained" in capsys.readouterr().out
 
 
+def test_epoch_snapshots_hold_the_model_of_each_epoch_and_the_probe_reads_them(tmp_path,
+                                                                               capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt")  # 60 pairs: 5 steps of 12 per epoch
+    run_dir = tmp_path / "run"
+    assert pretrain(corpus, run_dir, "--epochs", "2", "--snapshot-every-epoch") == 0
+    assert sorted(os.listdir(run_dir / "snapshots")) == ["step-0000005", "step-0000010"]
+    first = run_dir / "snapshots" / "step-0000005"
+    info = json.load(open(first / "metrics.json"))
+    assert info["steps"] == 5 and info["epochs"] == 1 and info["pairs_seen"] == 60
+    # The first snapshot is the model a run of one epoch ends with; the last, the final model.
+    assert pretrain(corpus, tmp_path / "one", "--epochs", "1") == 0
+    for a, b in zip(weights(first)[1], weights(tmp_path / "one")[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(weights(run_dir / "snapshots" / "step-0000010")[1], weights(run_dir)[1]):
+        np.testing.assert_array_equal(a, b)
+    task = tmp_path / "task.tsv"
+    with open(task, "w") as f:
+        f.write("text\tlabel\n")
+        for i in range(20):
+            f.write(f"the {'cat' if i % 2 else 'dog'} sat on the mat\t{i % 2}\n")
+    capsys.readouterr()
+    assert cli.main(["probe", "--run", str(first), "--file", str(task), "--folds", "2",
+                     "--inner-folds", "2", "--c-values", "1"]) == 0
+    assert "| step-0000005 |" in capsys.readouterr().out
+    # Turning snapshots on for a resumed run is allowed (a run setting, not a model setting).
+    assert pretrain(corpus, tmp_path / "one", "--epochs", "2", "--snapshot-every-epoch") == 0
+    assert os.listdir(tmp_path / "one" / "snapshots") == ["step-0000010"]
+
+
 def test_changed_settings_are_refused_on_resume(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus.txt")
     run_dir = tmp_path / "run"

@@ -9,6 +9,9 @@ the command runs. A run lives in one output directory, like ``glomo pretrain``'s
     RUN/checkpoints/ckpt-N/          crash-safe checkpoints (weights, optimizer state, step)
     RUN/sentence_pretrainer.keras    the model, at the end (read by ``glomo probe --run RUN``)
     RUN/metrics.json                 steps, final losses per objective, sentences/s, wall time
+    RUN/snapshots/step-N/            with ``snapshot_every_epoch``: the model and tokenizer after
+                                     each epoch, each a run directory ``glomo probe --run`` reads
+                                     (the probe accuracy against pairs seen)
 
 Running the same command again resumes from the newest checkpoint with the same batches: each
 epoch's order is a function of the seed and the epoch (:func:`glomo_tf.experiments.pretraining.epoch_stream`)
@@ -18,6 +21,7 @@ and the batches already trained on are skipped.
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Optional
 
@@ -30,7 +34,7 @@ from glomo_tf.experiments.settings import (count_or_all, precision_setting, sett
 
 MODEL_FILE = "sentence_pretrainer.keras"
 # Settings that may change between a run and its resumption.
-RESUMABLE = ("epochs", "checkpoint_every", "verbose")
+RESUMABLE = ("epochs", "checkpoint_every", "snapshot_every_epoch", "verbose")
 _ENC, _P, _CMD = hparams.SENTENCE_ENCODER, hparams.SENTENCE_PRETRAINER, \
     hparams.SENTENCE_PRETRAIN_COMMAND
 
@@ -93,6 +97,9 @@ class SentencePretrainingConfig:
     output_dir: str = setting(help="run directory (resumed if it exists)", group="run")
     checkpoint_every: int = setting(200, "steps between crash-safe checkpoints", group="run",
                                     metavar="STEPS")
+    snapshot_every_epoch: bool = setting(
+        False, "after each epoch keep the model in RUN/snapshots/step-N (a run directory glomo "
+        "probe --run reads: probe accuracy against pairs seen)", group="run")
     verbose: int = verbose_setting(group="run")
 
     def validated(self):
@@ -187,6 +194,33 @@ def load_data(s, tokenizer=None, run_dir=None):
     return tokenizer, train, validation
 
 
+def epoch_snapshot(run_dir, batch_size):
+    """A Keras callback: after each epoch, the model and the tokenizer in
+    ``RUN/snapshots/step-N/`` with ``metrics.json`` (steps, pairs seen, losses)."""
+    import keras
+
+    from glomo_tf.training import is_chief
+
+    class EpochSnapshot(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if not is_chief():
+                return
+            step = int(self.model.optimizer.iterations.numpy())
+            target = os.path.join(run_dir, "snapshots", f"step-{step:07d}")
+            partial = target + ".partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(os.path.join(run_dir, "tokenizer"), os.path.join(partial, "tokenizer"))
+            self.model.save(os.path.join(partial, MODEL_FILE))
+            with open(os.path.join(partial, "metrics.json"), "w") as f:
+                json.dump({"steps": step, "epochs": epoch + 1, "pairs_seen": step * batch_size,
+                           "last_epoch": {k: float(v) for k, v in (logs or {}).items()
+                                          if k.endswith("loss")}}, f, indent=1)
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(partial, target)  # a snapshot is whole or absent
+
+    return EpochSnapshot()
+
+
 def _train(s, run_dir):
     import keras
     import tensorflow as tf
@@ -230,6 +264,8 @@ def _train(s, run_dir):
     if validation is not None and len(validation["source"]):
         validation_data = tf.data.Dataset.from_tensor_slices(validation).batch(s.batch_size)
     callbacks = [training.CrashSafeCheckpoint(checkpoints, every_steps=s.checkpoint_every)]
+    if s.snapshot_every_epoch:
+        callbacks.append(epoch_snapshot(run_dir, s.batch_size))
     fit_kwargs = dict(validation_data=validation_data, callbacks=callbacks, verbose=s.verbose,
                       shuffle=False)
     history = []
