@@ -249,3 +249,46 @@ def test_books_format_trains_on_sentences_of_prose_within_each_book(tmp_path, ca
                      str(tmp_path / "run"), *tiny, "--epochs", "1"]) == 0
     pairs = sum(n - 1 for n in sentences_per_book)
     assert f"{pairs} sentence pairs" in capsys.readouterr().out
+
+
+def _example(name):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # a toy run with two snapshots, probed three times: about a minute
+def test_the_probe_curve_reads_each_snapshot_resumes_and_merges(tmp_path):
+    curve = _example("sentence_curve")
+    run_dir, task = curve.tiny_run(str(tmp_path))
+    common = ["--run", run_dir, "--file", task, "--folds", "2", "--inner-folds", "2",
+              "--c-values", "1", "10000"]
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    # Two processes' share of the work: the first snapshot; the second with the baselines.
+    assert curve.main(common + ["--snapshots", "step-0000005", "--output", str(first)]) == 0
+    part = json.load(open(first))
+    assert list(part["curve"]) == ["step-0000005"] and not part["baselines"]
+    assert curve.main(common + ["--snapshots", "step-0000010", "--output", str(second),
+                                "--merge", str(first)]) == 0
+    record = json.load(open(second))
+    assert [(v["steps"], v["pairs_seen"]) for v in record["curve"].values()] == [(5, 60),
+                                                                                (10, 120)]
+    assert record["baselines"]["snapshot"] == "step-0000010"
+    # The task's label is the word cat or dog: the bag of words reads it off exactly.
+    assert record["baselines"]["results"]["bow"]["task"]["accuracy"] == 1.0
+    for point in record["curve"].values():
+        assert 0.0 <= point["probe"]["task"]["accuracy"] <= 1.0
+        assert set(point["losses"]) == {"loss", "qt_loss", "sp_loss", "g2l_loss"}
+    assert "| 120 pairs |" in record["table"] and "| bow (step-0000010) |" in record["table"]
+    # Everything probed already is kept as it is: a rerun probes nothing.
+    kept = record["curve"]
+    assert curve.main(common + ["--output", str(second)]) == 0
+    again = json.load(open(second))
+    assert again["curve"] == kept and again["wall_time_s_this_call"] < 5
+    with pytest.raises(SystemExit, match="no snapshot step-9"):
+        curve.main(common + ["--snapshots", "step-9", "--output", str(second)])

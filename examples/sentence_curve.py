@@ -1,0 +1,163 @@
+"""The probe accuracy of a ``glomo sentence-pretrain`` run against the sentence pairs it has seen.
+
+A run started with ``--snapshot-every-epoch`` keeps its model after each epoch in
+``RUN/snapshots/step-N/`` (``--steps-per-epoch`` sets how often). This script probes each snapshot
+with ``glomo probe``'s protocol (:mod:`glomo_tf.experiments.probe`: frozen vectors, logistic
+regression, outer folds with the L2 strength chosen on inner folds; SST-2 on its own splits) and
+the baselines of the newest one: ``bow``, the mean of its own trained word embeddings, and
+``random``, an untrained encoder of the same sizes. It is resumable: snapshots already in
+``--output`` are kept, so a run that trains on can be probed again as it goes, and
+``--snapshots`` probes some of them (two processes can share the work, then ``--merge`` joins
+their files).
+
+Recorded (``examples/outputs/sentence_encoders_books.json``; the run:
+``glomo sentence-pretrain --format books --train ../shared/data/books/train-0*.txt.gz
+--lowercase --output-dir runs/sent_books/QT+SP+G2L --embedding-dim 128 --units 128
+--batch-size 400 --steps-per-epoch 1250 --epochs 8 --snapshot-every-epoch``)::
+
+    python examples/sentence_curve.py --run runs/sent_books/QT+SP+G2L --folds 5 \\
+        --inner-folds 2 --c-values 0.25 1 4 16 64 \\
+        --output examples/outputs/sentence_encoders_books.json
+
+``--tiny`` is the test suite's toy-size check: a run on a small generated corpus, probed on a
+generated task.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from glomo_tf import hparams
+from glomo_tf.experiments.probe import ProbeConfig, markdown_table, run_probe
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", help="a glomo sentence-pretrain run directory with snapshots/")
+    p.add_argument("--output", required=True, help="the JSON to write (resumed if it exists)")
+    p.add_argument("--snapshots", nargs="*", default=None, metavar="NAME",
+                   help="probe only these (step-N names); default: every snapshot")
+    p.add_argument("--merge", nargs="*", default=[], metavar="JSON",
+                   help="other outputs of this script for the same run to join into --output")
+    p.add_argument("--baselines", nargs="*", default=["bow", "random"],
+                   choices=hparams.PROBE_BASELINES, help="of the newest snapshot")
+    p.add_argument("--tasks", nargs="*", default=list(hparams.PROBE_TASKS),
+                   choices=hparams.PROBE_TASKS)
+    p.add_argument("--file", nargs="*", default=[], help="your own tasks (glomo probe --file)")
+    p.add_argument("--data-dir", default=os.path.join(REPO, "..", "shared", "data"))
+    p.add_argument("--folds", type=int, default=10)
+    p.add_argument("--inner-folds", type=int, default=10)
+    p.add_argument("--c-values", type=float, nargs="+", default=list(hparams.PROBE_C_VALUES))
+    p.add_argument("--tiny", action="store_true", help="toy size, generated data (tests)")
+    args = p.parse_args(argv)
+    if not args.tiny and not args.run:
+        p.error("give --run RUN (a glomo sentence-pretrain run with --snapshot-every-epoch).")
+    return args
+
+
+def snapshots_of(run_dir):
+    """``[(name, metrics)]`` of ``RUN/snapshots``, oldest first."""
+    folder = os.path.join(run_dir, "snapshots")
+    names = sorted(n for n in os.listdir(folder) if n.startswith("step-")
+                   and not n.endswith(".partial")) if os.path.isdir(folder) else []
+    if not names:
+        raise SystemExit(f"error: {folder} holds no snapshots: pretrain with "
+                         "--snapshot-every-epoch (a resumed run may turn it on).")
+    return [(n, json.load(open(os.path.join(folder, n, "metrics.json")))) for n in names]
+
+
+def probe(runs, baselines, args):
+    return run_probe(ProbeConfig(
+        runs=runs, baselines=baselines, tasks=[] if args.file else args.tasks,
+        files=args.file, data_dir=args.data_dir, folds=args.folds,
+        inner_folds=args.inner_folds, c_values=tuple(args.c_values)), log=print)["results"]
+
+
+def tiny_run(folder):
+    """A toy run with two snapshots and a toy task, for the test suite."""
+    import random
+
+    from glomo_tf import cli
+
+    rng = random.Random(0)
+    words = "the a cat dog sat ran on under mat house big small red blue".split()
+    corpus = os.path.join(folder, "corpus.txt")
+    with open(corpus, "w") as f:
+        for _ in range(20):
+            for _ in range(4):
+                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) + " .\n")
+            f.write("\n")
+    run_dir = os.path.join(folder, "run")
+    assert cli.main(["sentence-pretrain", "--format", "lines", "--train", corpus,
+                     "--output-dir", run_dir, "--embedding-dim", "6", "--units", "5",
+                     "--batch-size", "12", "--epochs", "2", "--snapshot-every-epoch",
+                     "--verbose", "0"]) == 0
+    task = os.path.join(folder, "task.tsv")
+    with open(task, "w") as f:
+        f.write("text\tlabel\n")
+        for i in range(40):
+            f.write(f"the {'cat' if i % 2 else 'dog'} sat on {rng.choice(words)}\t{i % 2}\n")
+    return run_dir, task
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    started = time.perf_counter()
+    if args.tiny:
+        folder = tempfile.mkdtemp(prefix="sentence_curve_")
+        args.run, task = tiny_run(folder)
+        args.file, args.folds, args.inner_folds, args.c_values = [task], 2, 2, [1.0, 1e4]
+    record = {"curve": {}, "baselines": {}}
+    for path in [args.output] + list(args.merge):
+        if os.path.exists(path):
+            saved = json.load(open(path))
+            record["curve"].update(saved.get("curve", {}))
+            if saved.get("baselines", {}).get("results"):
+                record["baselines"] = saved["baselines"]
+    snapshots = snapshots_of(args.run)
+    wanted = args.snapshots if args.snapshots is not None else [n for n, _ in snapshots]
+    unknown = sorted(set(wanted) - {n for n, _ in snapshots})
+    if unknown:
+        raise SystemExit(f"error: no snapshot {unknown[0]} in {args.run}/snapshots.")
+    for name, metrics in snapshots:
+        if name in wanted and name not in record["curve"]:
+            results = probe([os.path.join(args.run, "snapshots", name)], [], args)
+            record["curve"][name] = {"steps": metrics["steps"],
+                                     "pairs_seen": metrics["pairs_seen"],
+                                     "losses": metrics["last_epoch"], "probe": results[name]}
+    newest, _ = snapshots[-1]
+    if args.baselines and record["baselines"].get("snapshot") != newest and (
+            args.snapshots is None or newest in args.snapshots):
+        results = probe([os.path.join(args.run, "snapshots", newest)], args.baselines, args)
+        record["baselines"] = {"snapshot": newest,
+                               "results": {b: results[b] for b in args.baselines}}
+    record["curve"] = dict(sorted(record["curve"].items()))
+    rows = {f"{v['pairs_seen']:,} pairs": v["probe"] for v in record["curve"].values()}
+    rows.update({f"{b} ({record['baselines']['snapshot']})": r
+                 for b, r in record["baselines"].get("results", {}).items()})
+    task_names = sorted({t for r in rows.values() for t in r})
+    record.update({
+        "command": "python examples/sentence_curve.py " + " ".join(sys.argv[1:] if argv is None
+                                                                    else argv),
+        "run": os.path.relpath(args.run, REPO) if not args.tiny else "tiny",
+        "run_config": json.load(open(os.path.join(args.run, "config.json"))),
+        "probe_settings": {"folds": args.folds, "inner_folds": args.inner_folds,
+                           "c_values": list(args.c_values)},
+        "table": markdown_table(rows, task_names),
+        "wall_time_s_this_call": round(time.perf_counter() - started, 1)})
+    record["run_config"].pop("output_dir", None)
+    if os.path.dirname(args.output):
+        os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(record, f, indent=1)
+    print(record["table"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
