@@ -894,8 +894,14 @@ def test_snli_sentence_comes_from_its_json():
     summary = result["summary"]
     seeds = summary["variants"]["baseline"]["seeds"]
     assert all(v["seeds"] == seeds for v in summary["variants"].values())
-    figure = (f"{seeds} of the {len(result['config']['seeds'])} seeds so far")
+    assert seeds == len(result["config"]["seeds"])
+    figure = f"`examples/outputs/snli_results.{{json,md}}`, {seeds} seeds"
     assert figure in doc, f"page lacks: {figure}"
+    assert result["config"]["later_seeds"]["seeds"] == [9]
+    tenth = {r["variant"]: r["accuracy"] for r in result["runs"] if r["seed"] == 9}
+    difference = 100 * (tenth["glomo_rnn"] - tenth["uniform"])
+    figure = f"the tenth seed went the other way ({difference:+.2f})"
+    assert figure in " ".join(doc.split()), f"page lacks: {figure}"
     figure = (f"the graphs on the BiGRU states lead the uniform graph by "
               f"{paired_text(summary['paired_with_uniform']['glomo_rnn'])[:5]} points "
               f"{paired_text(summary['paired_with_uniform']['glomo_rnn'])[6:]} and the plain "
