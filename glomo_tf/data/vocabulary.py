@@ -402,7 +402,7 @@ class Tokenizer(tf.Module):
         """Text of id sequences: padding (0) dropped, units joined by spaces, ``##`` pieces glued
         to the previous unit. ``[batch, T]`` (dense or ragged) -> ``[batch]``; ``[T]`` -> scalar."""
         tokens = self.ids_to_tokens(ids)
-        ids = _as_ids(ids)
+        ids = integer_ids(ids, "ids")
         keep = tf.not_equal(ids, PAD_ID)
         if isinstance(tokens, tf.Tensor) and tokens.shape.rank == 1:
             tokens = tf.boolean_mask(tokens, keep)
@@ -416,7 +416,7 @@ class Tokenizer(tf.Module):
     def ids_to_tokens(self, ids):
         """The unit string of every id, same shape (dense or ragged); out-of-range ids -> <unk>.
         Handy for labelling plots."""
-        ids = _as_ids(ids)
+        ids = integer_ids(ids, "ids")
         size = tf.constant(len(self.vocabulary), ids.dtype)
         def gather(flat):
             valid = (flat >= 0) & (flat < size)
@@ -622,12 +622,14 @@ def _as_strings(strings):
     return strings, False
 
 
-def _as_ids(ids):
+def integer_ids(ids, what="token ids"):
+    """``ids`` as an integer tensor (a ``tf.RaggedTensor`` passes as it is); a ``TypeError``
+    naming ``what`` for any other dtype."""
     if isinstance(ids, tf.RaggedTensor):
         return ids
     ids = tf.convert_to_tensor(ids)
     if not ids.dtype.is_integer:
-        raise TypeError(f"Expected integer ids, got dtype {ids.dtype}.")
+        raise TypeError(f"Expected integer {what}, got dtype {ids.dtype}.")
     return ids
 
 

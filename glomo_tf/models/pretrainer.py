@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf._keras_private import in_multi_worker_mode
+from glomo_tf.data.vocabulary import integer_ids
 from glomo_tf.hparams import DIRECTIONS, GRAPH_PREDICTOR, OBJECTIVES, PRETRAINER
 from glomo_tf.layers.context_decoder import ContextDecoder
 from glomo_tf.layers.feature_predictor import FeaturePredictor
@@ -147,7 +148,7 @@ class GlomoPretrainer(keras.Model):
     def call(self, token_ids, training=False):
         """Graphs and features: a dict with ``graphs`` ``[B, 2, L, K, T, T]``, ``features``
         ``[B, 2, L, T, d]`` and ``padding_mask`` ``[B, T]``."""
-        token_ids = _as_ids(token_ids)
+        token_ids = integer_ids(token_ids, "token ids [batch, T]")
         out = self.graph_predictor(token_ids, training=training)
         if self.feature_predictor is not None:
             embedded = self.graph_predictor.embed(token_ids)
@@ -160,7 +161,7 @@ class GlomoPretrainer(keras.Model):
 
     def context_loss(self, token_ids, training=False):
         """Returns ``(loss, total cross-entropy, number of predicted units)`` for a batch."""
-        token_ids = _as_ids(token_ids)
+        token_ids = integer_ids(token_ids, "token ids [batch, T]")
         length = tf.shape(token_ids)[1]
         starts = self._decoder_states(token_ids, length, training)
         embedding_matrix = self.graph_predictor.embeddings
@@ -284,13 +285,6 @@ def sample_positions(num_positions, length, seed_generator):
     if num_positions is None:
         return tf.range(length)
     return keras.random.randint((num_positions,), 0, length, dtype="int32", seed=seed_generator)
-
-
-def _as_ids(token_ids):
-    token_ids = tf.convert_to_tensor(token_ids)
-    if not token_ids.dtype.is_integer:
-        raise TypeError(f"Expected integer token ids [batch, T], got dtype {token_ids.dtype}.")
-    return token_ids
 
 
 def _ids_from_data(data):
