@@ -129,6 +129,7 @@ def main(argv=None):
             results = probe([os.path.join(args.run, "snapshots", name)], [], args)
             record["curve"][name] = {"steps": metrics["steps"],
                                      "pairs_seen": metrics["pairs_seen"],
+                                     "epoch_seconds": metrics.get("epoch_seconds"),
                                      "losses": metrics["last_epoch"], "probe": results[name]}
     newest, _ = snapshots[-1]
     if args.baselines and record["baselines"].get("snapshot") != newest and (
@@ -140,7 +141,9 @@ def main(argv=None):
     rows = {f"{v['pairs_seen']:,} pairs": v["probe"] for v in record["curve"].values()}
     rows.update({f"{b} ({record['baselines']['snapshot']})": r
                  for b, r in record["baselines"].get("results", {}).items()})
-    task_names = sorted({t for r in rows.values() for t in r})
+    seen = {t for r in rows.values() for t in r}
+    task_names = [t for t in hparams.PROBE_TASKS if t in seen] + sorted(
+        seen - set(hparams.PROBE_TASKS))
     record.update({
         "command": "python examples/sentence_curve.py " + " ".join(sys.argv[1:] if argv is None
                                                                     else argv),

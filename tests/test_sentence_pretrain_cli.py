@@ -85,6 +85,7 @@ def test_epoch_snapshots_hold_the_model_of_each_epoch_and_the_probe_reads_them(t
     first = run_dir / "snapshots" / "step-0000005"
     info = json.load(open(first / "metrics.json"))
     assert info["steps"] == 5 and info["epochs"] == 1 and info["pairs_seen"] == 60
+    assert info["epoch_seconds"] > 0
     # The first snapshot is the model a run of one epoch ends with; the last, the final model.
     assert pretrain(corpus, tmp_path / "one", "--epochs", "1") == 0
     for a, b in zip(weights(first)[1], weights(tmp_path / "one")[1]):

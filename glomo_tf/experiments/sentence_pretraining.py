@@ -196,12 +196,18 @@ def load_data(s, tokenizer=None, run_dir=None):
 
 def epoch_snapshot(run_dir, batch_size):
     """A Keras callback: after each epoch, the model and the tokenizer in
-    ``RUN/snapshots/step-N/`` with ``metrics.json`` (steps, pairs seen, losses)."""
+    ``RUN/snapshots/step-N/`` with ``metrics.json`` (steps, pairs seen, the epoch's seconds
+    (of its resumed part, after a resumption) and losses)."""
     import keras
 
     from glomo_tf.training import is_chief
 
     class EpochSnapshot(keras.callbacks.Callback):
+        started = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.started = time.perf_counter()
+
         def on_epoch_end(self, epoch, logs=None):
             if not is_chief():
                 return
@@ -213,6 +219,7 @@ def epoch_snapshot(run_dir, batch_size):
             self.model.save(os.path.join(partial, MODEL_FILE))
             with open(os.path.join(partial, "metrics.json"), "w") as f:
                 json.dump({"steps": step, "epochs": epoch + 1, "pairs_seen": step * batch_size,
+                           "epoch_seconds": round(time.perf_counter() - self.started, 1),
                            "last_epoch": {k: float(v) for k, v in (logs or {}).items()
                                           if k.endswith("loss")}}, f, indent=1)
             shutil.rmtree(target, ignore_errors=True)
