@@ -9,6 +9,7 @@ page), so a re-run that moves a figure fails this test until the page is updated
 
 import json
 import os
+import re
 
 import pytest
 
@@ -638,6 +639,52 @@ def test_sentence_encoder_figures_come_from_the_recorded_run():
               for c in (task["c"] if isinstance(task["c"], list) else [task["c"]])]
     assert (f"{sum(c == max(chosen) for c in chosen)} of the {len(chosen)} choices were the "
             f"largest, {max(chosen):g}") in flat
+
+
+def test_book_scale_sentence_encoder_figures_come_from_the_recorded_curve():
+    doc = page("docs/guides/related-models.md")
+    flat = " ".join(doc.split())
+    result = load("sentence_encoders_books.json")
+    for row in result["table"].splitlines():
+        assert row in doc, f"page lacks: {row}"
+    curve = list(result["curve"].values())
+    last, newest = curve[-1], list(result["curve"])[-1]
+    assert result["baselines"]["snapshot"] == newest
+    assert [p["pairs_seen"] for p in curve] == [500_000 * (i + 1) for i in range(len(curve))]
+    config = result["run_config"]
+    assert (config["format"], config["batch_size"], config["steps_per_epoch"]) == (
+        "books", 400, 1250)
+    tasks = ("mr", "subj", "sst2")
+    bow, rand = (result["baselines"]["results"][b] for b in ("bow", "random"))
+
+    def fmt(scores):
+        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
+
+    beaten = [t for t in tasks if last["probe"][t]["accuracy"] > bow[t]["accuracy"]]
+    assert (f"after {last['pairs_seen']:,} pairs the full model reaches {fmt(last['probe'])} on "
+            f"MR / SUBJ / SST-2, the bag of words of its own embeddings {fmt(bow)} and the "
+            f"random encoder {fmt(rand)}") in flat
+    assert f"above the bag of words on {len(beaten)} of the three tasks" in flat
+    qt = [p["losses"]["qt_loss"] for p in curve]
+    g2l = [p["losses"]["g2l_loss"] for p in curve]
+    assert (f"Quick Thoughts' loss went from {qt[0]:.2f} to {qt[-1]:.2f}") in flat
+    assert f"Global-to-Local's {g2l[-1]:.0f}" in flat
+    assert result["probe_settings"]["c_values"][-1] == 1024
+    small = load("sentence_encoders_long.json")["settings"]
+    assert f"WikiText run's {small['batch_size'] * 1440:,} (1,440" in flat
+    in_batch = [p["losses"]["g2l_loss"] / (p["losses"]["g2l_loss"] + p["losses"][other])
+                for p in curve for other in ("qt_loss", "sp_loss")]
+    assert 0.955 <= min(in_batch) and max(in_batch) < 0.975  # "96-97% of every batch's loss"
+    with open(os.path.join(REPO, "examples", "outputs",
+                           "sentence_encoders_books_pretrain.log")) as handle:
+        log = handle.read()
+    epochs = [int(s) for s in re.findall(r"^1250/1250 - (\d+)s", log, re.M)]
+    assert f"epochs 2 and 3: {epochs[0]:,} s and {epochs[1]:,} s" in flat
+    per_step = sorted(e / 1250 for e in epochs)
+    assert f"Training took {per_step[0]:.1f}-{per_step[-1]:.1f} s a step of 400" in flat
+    chosen = [c for c in (bow[t]["c"] for t in tasks)
+              for c in (c if isinstance(c, list) else [c])]
+    assert f"{sum(c >= 256 for c in chosen)} of its {len(chosen)} choices" in flat
 
 
 def test_sentence_neighbours_come_from_the_recorded_probe():
