@@ -118,12 +118,15 @@ SENTENCE_ENCODER = dict(embedding_dim=300, units=1200)
 # SentencePretrainer: two objectives sampled per batch, L2 1e-5 on the representations (Section
 # 3.3.2), G2L's two-layer CNN of kernel 3 (Section 3.2.4), Self Prediction's corruption (3.2.3).
 SENTENCE_PRETRAINER = dict(objectives=SENTENCE_OBJECTIVES, objectives_per_batch=2,
-                           neighbours="next", l2_weight=1e-5, cnn_kernel_size=3,
+                           neighbours="next", l2_weight=1e-5, g2l_reduction="sum",
+                           cnn_kernel_size=3,
                            select_rate=0.5, mask_rate=0.8, random_rate=0.1, shuffle_window=3)
 # `glomo sentence-pretrain`: Adam 5e-4, batches of 400 pairs (Section 3.3.2), sentences of at
 # most 40 units (95% of WikiText-2's sentences are shorter than 50).
 SENTENCE_PRETRAIN_COMMAND = dict(learning_rate=5e-4, batch_size=400, max_length=40)
 # `glomo probe`: the encoders besides a trained one, and SentEval's L2 strengths (C = 2^-2..2^3).
 PROBE_BASELINES = ("bow", "random")
+# Global-to-Local's loss over a target's positions: Eq. 3.5's sum, or their mean.
+G2L_REDUCTIONS = ("sum", "mean")
 PROBE_TASKS = ("mr", "subj", "sst2")
 PROBE_C_VALUES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)

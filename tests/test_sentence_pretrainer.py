@@ -104,8 +104,9 @@ def test_self_prediction_loss_against_numpy_and_corruption_is_used():
     assert np.isfinite(loss) and abs(loss - np_nce(h_src, h_trg)) > 1e-4
 
 
-def test_global_to_local_loss_against_numpy():
-    model = make_model(objectives=("g2l",), l2_weight=1e-2)
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_global_to_local_loss_against_numpy(reduction):
+    model = make_model(objectives=("g2l",), l2_weight=1e-2, g2l_reduction=reduction)
     batch = make_batch()
     h_src = vectors(model, batch["source"])[0]
     states = vectors(model, batch["target"])[2]
@@ -122,9 +123,10 @@ def test_global_to_local_loss_against_numpy():
     for b in range(len(h_src)):
         negatives = [h_src[b] @ z[c, t] for c in range(len(z)) if c != b
                      for t in range(z.shape[1]) if valid[c, t]]
-        for i in np.flatnonzero(valid[b]):
-            logits = np.array([h_src[b] @ z[b, i]] + negatives)
-            total -= np_log_softmax(logits)[0]
+        positions = np.flatnonzero(valid[b])
+        own = -sum(np_log_softmax(np.array([h_src[b] @ z[b, i]] + negatives))[0]
+                   for i in positions)
+        total += own / len(positions) if reduction == "mean" else own
     want = total / len(h_src)
     l2 = np.mean((h_src ** 2).sum(-1)) + np.mean((z[valid] ** 2).sum(-1))
     np.testing.assert_allclose(model.objective_losses(batch)["g2l"].numpy(), want + 1e-2 * l2,

@@ -75,6 +75,9 @@ class SentencePretrainingConfig:
                               choices=hparams.SENTENCE_NEIGHBOURS)
     l2_weight: float = setting(_P["l2_weight"], "Global-to-Local's L2 penalty on the "
                                "representations", group="model")
+    g2l_reduction: str = setting(_P["g2l_reduction"], "Global-to-Local's loss over a target's "
+                                 "positions: sum (Eq. 3.5) or mean", group="model",
+                                 choices=hparams.G2L_REDUCTIONS)
     graph_run: Optional[str] = setting(None, "a glomo pretrain run whose frozen graphs feed "
                                        "both encoders (GlomoTransfer on the embeddings; its "
                                        "tokenizer is used)", group="model", metavar="DIR")
@@ -127,6 +130,8 @@ class SentencePretrainingConfig:
                 raise ValueError(f"`{name}` must be at least {least}, got "
                                  f"{value}.")
         check_precision(c.precision)
+        if c.g2l_reduction not in hparams.G2L_REDUCTIONS:
+            raise ValueError(f"`g2l_reduction` must be one of {', '.join(hparams.G2L_REDUCTIONS)}.")
         if c.learning_rate <= 0 or c.clipnorm < 0 or c.l2_weight < 0:
             raise ValueError("`learning_rate` must be > 0, `clipnorm` and `l2_weight` >= 0.")
         if c.graph_run:
@@ -140,7 +145,8 @@ class SentencePretrainingConfig:
 
 
 def check_resumable(saved, current):
-    saved = {"precision": "float32", **saved}  # a run directory written before --precision
+    # run directories written before --precision and --g2l-reduction
+    saved = {"precision": "float32", "g2l_reduction": "sum", **saved}
     refuse_changed_settings(saved, current, RESUMABLE, "the run directory holds a run",
                             "Resume with the same settings, or start a new run with another "
                             "`output_dir`.", paths=("train", "validation", "vocab", "graph_run"))
@@ -256,7 +262,8 @@ def _train(s, run_dir):
     model = SentencePretrainer(
         tokenizer.vocabulary_size, mask_id(tokenizer), embedding_dim=s.embedding_dim,
         units=s.units, objectives=s.objectives, objectives_per_batch=s.objectives_per_batch,
-        neighbours=s.neighbours, l2_weight=s.l2_weight, graph_predictor=predictor,
+        neighbours=s.neighbours, l2_weight=s.l2_weight, g2l_reduction=s.g2l_reduction,
+        graph_predictor=predictor,
         num_mixtures=s.num_mixtures, seed=s.seed)
     model.compile(optimizer=keras.optimizers.Adam(s.learning_rate,
                                                   global_clipnorm=s.clipnorm or None),

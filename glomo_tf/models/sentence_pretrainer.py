@@ -6,8 +6,8 @@ import keras
 import tensorflow as tf
 
 from glomo_tf.data.sentences import corrupt
-from glomo_tf.hparams import (SENTENCE_ENCODER, SENTENCE_NEIGHBOURS, SENTENCE_OBJECTIVES,
-                              SENTENCE_PRETRAINER)
+from glomo_tf.hparams import (G2L_REDUCTIONS, SENTENCE_ENCODER, SENTENCE_NEIGHBOURS,
+                              SENTENCE_OBJECTIVES, SENTENCE_PRETRAINER)
 from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.layers.related.sentence_encoder import SentenceEncoder
 from glomo_tf.models.pretrainer import replica_loss
@@ -60,6 +60,7 @@ class SentencePretrainer(keras.Model):
         objectives_per_batch: int or None (all).
         neighbours: ``"next"`` or ``"both"``, Quick Thoughts' targets.
         l2_weight: float, G2L's penalty on the representations.
+        g2l_reduction: ``"sum"`` (Eq. 3.5) or ``"mean"`` of G2L's loss over a target's positions.
         cnn_kernel_size: int, width of G2L's convolutions.
         select_rate: Self Prediction's corruption.
         mask_rate: Self Prediction's corruption.
@@ -95,7 +96,7 @@ class SentencePretrainer(keras.Model):
                  "embedding_dim"], units=SENTENCE_ENCODER["units"],
                  objectives=_P["objectives"], objectives_per_batch=_P["objectives_per_batch"],
                  neighbours=_P["neighbours"], l2_weight=_P["l2_weight"],
-                 cnn_kernel_size=_P["cnn_kernel_size"], select_rate=_P["select_rate"],
+                 g2l_reduction=_P["g2l_reduction"], cnn_kernel_size=_P["cnn_kernel_size"], select_rate=_P["select_rate"],
                  mask_rate=_P["mask_rate"], random_rate=_P["random_rate"],
                  shuffle_window=_P["shuffle_window"], graph_predictor=None, num_mixtures=1,
                  seed=None, **kwargs):
@@ -119,6 +120,9 @@ class SentencePretrainer(keras.Model):
             raise ValueError("select_rate must be in [0, 1] and mask_rate + random_rate <= 1.")
         if l2_weight < 0 or shuffle_window < 0 or cnn_kernel_size < 1:
             raise ValueError("l2_weight and shuffle_window must be >= 0, cnn_kernel_size >= 1.")
+        if g2l_reduction not in G2L_REDUCTIONS:
+            raise ValueError(f"g2l_reduction must be one of {G2L_REDUCTIONS}, got "
+                             f"{g2l_reduction!r}.")
         if isinstance(graph_predictor, dict):
             graph_predictor = keras.saving.deserialize_keras_object(graph_predictor)
         if graph_predictor is not None and not isinstance(graph_predictor, GraphPredictor):
@@ -135,6 +139,7 @@ class SentencePretrainer(keras.Model):
         self._objectives_per_batch_arg = objectives_per_batch
         self.neighbours = neighbours
         self.l2_weight = float(l2_weight)
+        self.g2l_reduction = g2l_reduction
         self.cnn_kernel_size = int(cnn_kernel_size)
         self.select_rate, self.mask_rate = float(select_rate), float(mask_rate)
         self.random_rate, self.shuffle_window = float(random_rate), int(shuffle_window)
@@ -231,7 +236,7 @@ class SentencePretrainer(keras.Model):
         batch's targets; summed over the real positions, averaged over the batch."""
         z = self.local_features(target_states, target_ids)
         return global_to_local_nce(source_vectors, z, tf.not_equal(target_ids, 0),
-                                   self.l2_weight)
+                                   self.l2_weight, self.g2l_reduction)
 
     def objective_losses(self, data, training=False, active=None):
         """A dict ``objective -> loss`` for a batch ``{"source", "target"[, "previous"]}``.
@@ -328,7 +333,8 @@ class SentencePretrainer(keras.Model):
             vocabulary_size=self.vocabulary_size, mask_token_id=self.mask_token_id,
             embedding_dim=self.embedding_dim, units=self.units, objectives=list(self.objectives),
             objectives_per_batch=self._objectives_per_batch_arg, neighbours=self.neighbours,
-            l2_weight=self.l2_weight, cnn_kernel_size=self.cnn_kernel_size,
+            l2_weight=self.l2_weight, g2l_reduction=self.g2l_reduction,
+            cnn_kernel_size=self.cnn_kernel_size,
             select_rate=self.select_rate, mask_rate=self.mask_rate,
             random_rate=self.random_rate, shuffle_window=self.shuffle_window,
             graph_predictor=(None if self.graph_predictor is None
@@ -352,7 +358,7 @@ def nce_loss(queries, positives):
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
 
-def global_to_local_nce(queries, local, valid, l2_weight=0.0):
+def global_to_local_nce(queries, local, valid, l2_weight=0.0, reduction="sum"):
     """Eq. 3.5 with in-batch negatives, plus the L2 penalty.
 
     Args:
@@ -360,11 +366,13 @@ def global_to_local_nce(queries, local, valid, l2_weight=0.0):
         local: ``z_trg`` ``[B, T, d]``.
         valid: bool ``[B, T]``, the real positions of the targets.
         l2_weight: the coefficient of ``mean_b |h_src,b|^2 + mean_{real (b, i)} |z_b^i|^2``.
+        reduction: ``"sum"`` over a target's real positions (Eq. 3.5), or their ``"mean"``
+            (the loss then weighs as much as one Quick Thoughts choice, whatever the length).
 
     For source ``b`` and each real position ``i`` of its target, the candidates are
     ``z_b^i`` and every real position of the other targets of the batch (the other positions of
-    its own target are neither positive nor negative). Returns the batch mean of the sum over
-    positions of ``-log softmax``.
+    its own target are neither positive nor negative). Returns the batch mean of the sum (or
+    mean) over positions of ``-log softmax``.
     """
     queries = tf.cast(queries, tf.float32)
     local = tf.cast(local, tf.float32)
@@ -381,7 +389,10 @@ def global_to_local_nce(queries, local, valid, l2_weight=0.0):
     log_denominator = tf.reduce_logsumexp(
         tf.stack([positive, tf.broadcast_to(negative_lse[:, None], tf.shape(positive))]), axis=0)
     per_position = (log_denominator - positive) * valid_f
-    loss = tf.reduce_mean(tf.reduce_sum(per_position, axis=1))
+    per_target = tf.reduce_sum(per_position, axis=1)
+    if reduction == "mean":
+        per_target = per_target / tf.maximum(tf.reduce_sum(valid_f, axis=1), 1.0)
+    loss = tf.reduce_mean(per_target)
     if l2_weight:
         source_norm = tf.reduce_mean(tf.reduce_sum(tf.square(queries), axis=-1))
         local_norm = tf.reduce_sum(tf.reduce_sum(tf.square(local), axis=-1) * valid_f) / \
