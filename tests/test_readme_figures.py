@@ -687,6 +687,26 @@ def test_book_scale_sentence_encoder_figures_come_from_the_recorded_curve():
     assert f"{sum(c >= 256 for c in chosen)} of its {len(chosen)} choices" in flat
 
 
+def test_g2l_reduction_figures_come_from_the_recorded_runs():
+    flat = " ".join(page("docs/guides/related-models.md").split())
+    runs = load("sentence_g2l_reduction.json")["runs"]
+    tasks = ("mr", "subj", "sst2")
+
+    def fmt(scores):
+        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
+
+    mean, total = runs["mean"], runs["sum"]
+    assert mean["pretraining"]["steps"] == total["pretraining"]["steps"] == 1440
+    losses = [r["pretraining"]["last_epoch"] for r in (mean, total)]
+    assert (f"(final losses {losses[0]['qt_loss']:.2f} and {losses[0]['sp_loss']:.2f} against "
+            f"{losses[1]['qt_loss']:.2f} and {losses[1]['sp_loss']:.2f})") in flat
+    assert (f"worse: {fmt(mean['probe']['mean'])} against {fmt(total['probe']['sum'])} with "
+            f"Eq. 3.5's sum (bags of words {fmt(mean['probe']['bow'])} and "
+            f"{fmt(total['probe']['bow'])})") in flat
+    assert all(mean["probe"]["mean"][t]["accuracy"] < total["probe"]["sum"][t]["accuracy"]
+               for t in tasks)  # "worse", "the sum stays the default"
+
+
 def test_sentence_neighbours_come_from_the_recorded_probe():
     doc = page("docs/guides/related-models.md")
     recorded = load("sentence_neighbours.json")
