@@ -16,8 +16,11 @@ Recorded (``examples/outputs/sentence_encoders_books.json``; the run:
 --batch-size 400 --steps-per-epoch 1250 --epochs 8 --snapshot-every-epoch``)::
 
     python examples/sentence_curve.py --run runs/sent_books/QT+SP+G2L --folds 5 \\
-        --inner-folds 2 --c-values 0.25 1 4 16 64 \\
+        --inner-folds 2 --c-values 0.25 1 4 16 64 256 1024 \\
         --output examples/outputs/sentence_encoders_books.json
+
+(the first two snapshots were probed while the run went on, with ``--snapshots`` into a file of
+their own, then joined with ``--merge``; the recorded ``command`` says so).
 
 ``--tiny`` is the test suite's toy-size check: a run on a small generated corpus, probed on a
 generated task.
@@ -124,19 +127,23 @@ def main(argv=None):
     unknown = sorted(set(wanted) - {n for n, _ in snapshots})
     if unknown:
         raise SystemExit(f"error: no snapshot {unknown[0]} in {args.run}/snapshots.")
-    for name, metrics in snapshots:
-        if name in wanted and name not in record["curve"]:
-            results = probe([os.path.join(args.run, "snapshots", name)], [], args)
-            record["curve"][name] = {"steps": metrics["steps"],
-                                     "pairs_seen": metrics["pairs_seen"],
-                                     "epoch_seconds": metrics.get("epoch_seconds"),
-                                     "losses": metrics["last_epoch"], "probe": results[name]}
     newest, _ = snapshots[-1]
-    if args.baselines and record["baselines"].get("snapshot") != newest and (
-            args.snapshots is None or newest in args.snapshots):
-        results = probe([os.path.join(args.run, "snapshots", newest)], args.baselines, args)
+    baselines = args.baselines if (record["baselines"].get("snapshot") != newest
+                                   and newest in wanted) else []
+    missing = [(n, m) for n, m in snapshots if n in wanted and n not in record["curve"]]
+    # One probe for all, so the tasks are read once; the baselines come from its first run.
+    runs = [n for n, _ in missing]
+    if baselines:
+        runs = [newest] + [n for n in runs if n != newest]
+    results = probe([os.path.join(args.run, "snapshots", n) for n in runs], baselines,
+                    args) if runs else {}
+    for name, metrics in missing:
+        record["curve"][name] = {"steps": metrics["steps"], "pairs_seen": metrics["pairs_seen"],
+                                 "epoch_seconds": metrics.get("epoch_seconds"),
+                                 "losses": metrics["last_epoch"], "probe": results[name]}
+    if baselines:
         record["baselines"] = {"snapshot": newest,
-                               "results": {b: results[b] for b in args.baselines}}
+                               "results": {b: results[b] for b in baselines}}
     record["curve"] = dict(sorted(record["curve"].items()))
     rows = {f"{v['pairs_seen']:,} pairs": v["probe"] for v in record["curve"].values()}
     rows.update({f"{b} ({record['baselines']['snapshot']})": r
