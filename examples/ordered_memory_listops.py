@@ -48,7 +48,7 @@ from glomo_tf.data.labeled import seeded_split
 from glomo_tf.data.listops import (VOCABULARY, encode_listops, generate_listops, label_counts,
                                    length_summary, read_listops)
 from glomo_tf.layers.related.ordered_memory import released_optimizer
-from glomo_tf.trees import bracket_f1, induce_trees
+from glomo_tf.trees import bracket_f1, branching_tree, induce_trees
 
 MODELS = ("ordered_memory", "lstm")
 
@@ -78,19 +78,6 @@ def build_model(name, units, slots, dropout, learning_rate, jit_compile,
                   metrics=["accuracy"], jit_compile=jit_compile)
     attention_model = None if probs is None else keras.Model(ids, probs)
     return model, attention_model
-
-
-def branching_tree(n, left):
-    """The purely left- (or right-) branching binary tree over ``n`` positions."""
-    if left:
-        tree = 0
-        for i in range(1, n):
-            tree = (tree, i)
-        return tree
-    tree = n - 1
-    for i in range(n - 2, -1, -1):
-        tree = (i, tree)
-    return tree
 
 
 def with_tokens(tree, tokens):

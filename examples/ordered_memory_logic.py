@@ -4,7 +4,10 @@ train on pairs with at most 6 operators, test on 7 to 12 (length generalisation)
 Data: the real files of ``--data`` (``trainK``/``testK``, read by :mod:`glomo_tf.data.logic`;
 nothing is downloaded). Training pairs come from ``train0..6`` with every tenth held out for
 validation; ``--train-size`` keeps a random subset of the rest (the full 122k pairs do not fit a
-CPU budget). Test: ``test7..12``, accuracy per number of operators.
+CPU budget). Test: ``test7..12``, accuracy per number of operators. ``--brackets`` reads each
+formula as written, its brackets as two more tokens, as the released code's ``proplog.py`` does
+(without them a formula like ``not e or not c`` does not say which of its two trees it is); by
+default the models read the tokens alone.
 
 Each model encodes both formulas with one shared encoder -- :class:`glomo_tf.OrderedMemory`
 (``M^_T^N``) or ``keras.layers.LSTM`` of the same width -- and classifies the seven relations with
@@ -12,7 +15,16 @@ an MLP on ``(h1, h2, h1 * h2, |h1 - h2|)`` (one hidden ReLU layer, Table A.1's *
 Like the authors' code, Ordered Memory tests with twice its training slots (its weights do not
 depend on the number of slots). Training: ``model.fit`` (Adam, clip norm 1, progress bars), the
 best validation accuracy checkpointed under ``--checkpoint-dir`` and restored before testing.
-Trees: Algorithm 2 on the test formulas, bracket F1 against the formulas' brackets.
+Trees: Algorithm 2 on the test formulas, bracket F1 against the formulas' brackets (with
+``--brackets``, the induced tree over every token, brackets then dropped from it, as the released
+code scores it), beside the purely left- and right-branching trees' F1.
+
+Resumable: each epoch's weights and optimizer state are backed up under ``--checkpoint-dir``
+(``keras.callbacks.BackupAndRestore``) and the curve appended to ``{model}.csv``; run the same
+command again after a stop and training goes on from the last finished epoch (the learning rate
+as it was; ``--halve-after`` counts its epochs again from there); a model whose training
+finished is not trained again (its scores are kept in ``{model}.json``), and a larger
+``--epochs`` trains it on from where it stopped.
 
 The thesis (Table 4.1, 200 units, 15 slots, the full training set) reports accuracies 98, 97, 96,
 94, 94, 92 for 7..12 operators against 88, 84, 80, 78, 71, 69 for the LSTM, and F1 87.9.
@@ -38,10 +50,10 @@ import numpy as np
 
 from glomo_tf import OrderedMemory
 from glomo_tf.data.length_batches import LengthBatches
-from glomo_tf.data.logic import (RELATIONS, VOCABULARY, encode_logic, load_logic,
-                                 train_validation_split)
+from glomo_tf.data.logic import (BRACKETED_VOCABULARY, RELATIONS, VOCABULARY, encode_logic,
+                                 formula_ids, load_logic, train_validation_split)
 from glomo_tf.layers.related.ordered_memory import released_optimizer
-from glomo_tf.trees import bracket_f1, induce_trees
+from glomo_tf.trees import bracket_f1, branching_tree, induce_trees, prune_tree
 
 MODELS = ("ordered_memory", "lstm")
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
@@ -57,12 +69,13 @@ class PairBatches(LengthBatches):
 
 
 def build_models(name, units, slots, test_slots, dropout, learning_rate,
-                 attention="stick_breaking", scorer="tanh", optimizer="adam"):
+                 attention="stick_breaking", scorer="tanh", optimizer="adam", brackets=False):
     """``(train_model, test_model, attention_model)`` sharing their layers; the test model runs
     Ordered Memory with ``test_slots``; the attention model maps one formula to ``p_t``."""
     left = keras.Input((None,), dtype="int32", name="left")
     right = keras.Input((None,), dtype="int32", name="right")
-    embedding = keras.layers.Embedding(len(VOCABULARY), units, mask_zero=True)
+    vocabulary = BRACKETED_VOCABULARY if brackets else VOCABULARY
+    embedding = keras.layers.Embedding(len(vocabulary), units, mask_zero=True)
     if name == "ordered_memory":
         encoder = OrderedMemory(units, num_slots=slots, input_dropout=dropout,
                                 hidden_dropout=dropout, attention_dropout=dropout,
@@ -101,11 +114,44 @@ def build_models(name, units, slots, test_slots, dropout, learning_rate,
     return train_model, test_model, attention_model
 
 
-def learning_curve(history):
+def learning_curve(csv_path):
+    """The epochs logged in ``csv_path`` (keras.callbacks.CSVLogger's file, appended over
+    restarts), the last line of each epoch kept."""
+    import csv
     keys = ("loss", "accuracy", "val_loss", "val_accuracy")
-    return [{"epoch": e + 1, **{k: round(float(history.history[k][e]), 4) for k in keys
-                                if k in history.history}}
-            for e in range(len(history.history["loss"]))]
+    with open(csv_path, encoding="utf-8") as handle:
+        rows = {int(row["epoch"]): row for row in csv.DictReader(handle)}
+    return [{"epoch": e + 1, **{k: round(float(rows[e][k]), 4) for k in keys if rows[e].get(k)}}
+            for e in sorted(rows)]
+
+
+def tree_scores(attention_model, test, brackets):
+    """Bracket F1 of the trees Algorithm 2 induces on up to 200 test formulas per side and
+    number of operators (three units or more), against the formulas' own trees, beside the
+    purely left- and right-branching trees'."""
+    formulas = [(p.left, p.left_bracketed, p.left_tree) for pairs in test.values()
+                for p in pairs[:200]]
+    formulas += [(p.right, p.right_bracketed, p.right_tree) for pairs in test.values()
+                 for p in pairs[:200]]
+    formulas = [f for f in formulas if len(f[0]) > 2]
+    read = [written if brackets else tokens for tokens, written, _ in formulas]
+    ids = np.zeros((len(read), max(map(len, read))), np.int32)
+    for n, tokens in enumerate(read):
+        ids[n, :len(tokens)] = formula_ids(tokens, brackets)
+    probs = attention_model.predict(ids, batch_size=256, verbose=0)
+    trees = induce_trees(probs, ids > 0)
+    if brackets:  # the tree over every token, seen over the formula's units
+        trees = [prune_tree(tree, lambda t, tokens=tokens: tokens[t] not in "()")
+                 for tree, tokens in zip(trees, read)]
+    gold = [tree for _, _, tree in formulas]
+    lengths = [len(tokens) for tokens, _, _ in formulas]
+
+    def f1(predicted):
+        return round(100 * bracket_f1(predicted, gold)["f1"], 2)
+
+    return {"tree_f1": f1(trees), "tree_f1_formulas": len(formulas),
+            "branching_f1": {"left": f1([branching_tree(n, True) for n in lengths]),
+                             "right": f1([branching_tree(n, False) for n in lengths])}}
 
 
 def parse_args(argv):
@@ -137,12 +183,16 @@ def parse_args(argv):
     parser.add_argument("--halve-after", type=int, default=0,
                         help="halve the learning rate after this many epochs without a better "
                              "validation accuracy, as the released code does with 2 (0: never)")
+    parser.add_argument("--brackets", action="store_true",
+                        help="read each formula as written, its brackets as tokens (the "
+                             "released code's input); default: the tokens alone")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir", default="runs/ordered_memory_logic",
-                        help="where the best weights of each model are kept")
+                        help="where the best weights of each model, its epoch backups, curve "
+                             "and finished scores are kept (the run resumes from them)")
     parser.add_argument("--output", default=None, help="also write the JSON results here")
     parser.add_argument("--verbose", type=int, default=None,
                         help="Keras fit verbosity (default: progress bars on a terminal, one "
@@ -164,6 +214,54 @@ def subset(items, size, rng):
     return [items[i] for i in keep]
 
 
+def train_and_test(name, args, encoded_train, encoded_val, test):
+    """Trains one model (resuming from its last backed-up epoch), restores its best validation
+    epoch and returns its scores."""
+    keras.utils.set_random_seed(args.seed)
+    train_model, test_model, attention_model = build_models(
+        name, args.units, args.slots, 2 * args.slots, args.dropout, args.learning_rate,
+        args.attention, args.scorer, args.optimizer, args.brackets)
+    checkpoint = os.path.join(args.checkpoint_dir, f"{name}.weights.h5")
+    log = os.path.join(args.checkpoint_dir, f"{name}.csv")
+    best = max((c["val_accuracy"] for c in learning_curve(log)), default=None) \
+        if os.path.exists(log) else None
+    callbacks = [
+        keras.callbacks.ModelCheckpoint(checkpoint, monitor="val_accuracy", save_best_only=True,
+                                        save_weights_only=True, initial_value_threshold=best),
+        keras.callbacks.CSVLogger(log, append=True)]
+    if args.halve_after:
+        callbacks.append(keras.callbacks.ReduceLROnPlateau(
+            "val_accuracy", factor=0.5, patience=args.halve_after, mode="max"))
+    # Last, so that an epoch backed up has its checkpoint and its line in the log.
+    callbacks.append(keras.callbacks.BackupAndRestore(
+        os.path.join(args.checkpoint_dir, f"{name}-backup"), delete_checkpoint=False))
+    start = time.perf_counter()
+    train_model.fit(
+        PairBatches(*encoded_train, args.batch_size, args.seed), epochs=args.epochs,
+        validation_data=PairBatches(*encoded_val, 256, 0, shuffle=False),
+        callbacks=callbacks, verbose=args.verbose)
+    seconds = time.perf_counter() - start
+    train_model.load_weights(checkpoint)  # the best validation epoch (shared layers)
+    accuracy = {}
+    for k, pairs in test.items():
+        batches = PairBatches(*encode_logic(pairs, brackets=args.brackets), 256, 0,
+                              shuffle=False)
+        correct = 0
+        for (left, right), labels in batches.batches:
+            predicted = np.argmax(test_model.predict_on_batch([left, right]), -1)
+            correct += int(np.sum(predicted == labels))
+        accuracy[str(k)] = round(correct / len(pairs), 4)
+    curve = learning_curve(log)
+    scores = {"test_accuracy": accuracy,
+              "best_val_accuracy": max(c["val_accuracy"] for c in curve),
+              "train_seconds": round(seconds, 1),
+              "parameters": int(sum(np.prod(w.shape) for w in train_model.trainable_weights)),
+              "curve": curve}
+    if attention_model is not None:
+        scores.update(tree_scores(attention_model, test, args.brackets))
+    return scores
+
+
 def main(argv=None):
     """Reads the data, trains and evaluates the models; prints and returns the results."""
     started = time.perf_counter()
@@ -174,14 +272,14 @@ def main(argv=None):
     validation = subset(validation, args.validation_size, rng)
     test = {k: subset(load_logic(args.data, "test", [k]), args.test_per_operators, rng)
             for k in range(7, 13)}
-    encoded_train = encode_logic(train)
-    encoded_val = encode_logic(validation)
+    encoded_train = encode_logic(train, brackets=args.brackets)
+    encoded_val = encode_logic(validation, brackets=args.brackets)
     counts = np.bincount(encoded_train[2], minlength=len(RELATIONS))
     majority = int(np.argmax(counts))
+    config = {k: v for k, v in vars(args).items() if k not in ("verbose", "output", "data")}
     results = {
         "command": "python examples/ordered_memory_logic.py " + " ".join(argv or sys.argv[1:]),
-        "config": {k: v for k, v in vars(args).items()
-                   if k not in ("verbose", "output", "data")},
+        "config": config,
         "data": {"train": len(train), "validation": len(validation),
                  "test": {str(k): len(v) for k, v in test.items()},
                  "majority_relation": RELATIONS[majority],
@@ -189,54 +287,29 @@ def main(argv=None):
                      str(k): round(float(np.mean([p.relation == majority for p in v])), 4)
                      for k, v in test.items()}},
         "models": {}}
+    os.makedirs(args.checkpoint_dir, exist_ok=True)
+    # What a model's run depends on (more epochs extend a run).
+    setting = {k: v for k, v in config.items() if k not in ("models", "epochs")}
     for name in args.models:
-        keras.utils.set_random_seed(args.seed)
-        train_model, test_model, attention_model = build_models(
-            name, args.units, args.slots, 2 * args.slots, args.dropout, args.learning_rate,
-            args.attention, args.scorer, args.optimizer)
-        os.makedirs(args.checkpoint_dir, exist_ok=True)
-        checkpoint = os.path.join(args.checkpoint_dir, f"{name}.weights.h5")
-        callbacks = [keras.callbacks.ModelCheckpoint(checkpoint, monitor="val_accuracy",
-                                                     save_best_only=True,
-                                                     save_weights_only=True)]
-        if args.halve_after:
-            callbacks.append(keras.callbacks.ReduceLROnPlateau(
-                "val_accuracy", factor=0.5, patience=args.halve_after, mode="max"))
-        start = time.perf_counter()
-        history = train_model.fit(
-            PairBatches(*encoded_train, args.batch_size, args.seed), epochs=args.epochs,
-            validation_data=PairBatches(*encoded_val, 256, 0, shuffle=False),
-            callbacks=callbacks, verbose=args.verbose)
-        seconds = time.perf_counter() - start
-        train_model.load_weights(checkpoint)  # the best validation epoch (shared layers)
-        accuracy = {}
-        for k, pairs in test.items():
-            batches = PairBatches(*encode_logic(pairs), 256, 0, shuffle=False)
-            correct = 0
-            for (left, right), labels in batches.batches:
-                predicted = np.argmax(test_model.predict_on_batch([left, right]), -1)
-                correct += int(np.sum(predicted == labels))
-            accuracy[str(k)] = round(correct / len(pairs), 4)
-        scores = {"test_accuracy": accuracy,
-                  "best_val_accuracy": round(float(max(history.history["val_accuracy"])), 4),
-                  "train_seconds": round(seconds, 1),
-                  "parameters": int(sum(np.prod(w.shape)
-                                        for w in train_model.trainable_weights)),
-                  "curve": learning_curve(history)}
-        if attention_model is not None:
-            formulas = [(p.left, p.left_tree) for pairs in test.values() for p in pairs[:200]]
-            formulas += [(p.right, p.right_tree) for pairs in test.values() for p in pairs[:200]]
-            formulas = [f for f in formulas if len(f[0]) > 2]
-            width = max(len(tokens) for tokens, _ in formulas)
-            ids = np.zeros((len(formulas), width), np.int32)
-            for n, (tokens, _) in enumerate(formulas):
-                ids[n, :len(tokens)] = [VOCABULARY.index(t) for t in tokens]
-            probs = attention_model.predict(ids, batch_size=256, verbose=0)
-            trees = induce_trees(probs, ids > 0)
-            scores["tree_f1"] = round(100 * bracket_f1(trees, [t for _, t in formulas])["f1"],
-                                      2)
-            scores["tree_f1_formulas"] = len(formulas)
-        results["models"][name] = scores
+        state = os.path.join(args.checkpoint_dir, f"{name}.json")
+        kept = {"config": setting}
+        if os.path.exists(state):
+            with open(state, encoding="utf-8") as handle:
+                kept = json.load(handle)
+            if kept["config"] != setting:
+                changed = sorted(k for k in setting if kept["config"].get(k) != setting[k])
+                sys.exit(f"ordered_memory_logic: error: {args.checkpoint_dir} holds a run of "
+                         f"{name} with other settings ({', '.join(changed)}); pass a new "
+                         "--checkpoint-dir, or the same settings to resume it.")
+        else:
+            with open(state, "w", encoding="utf-8") as handle:
+                json.dump(kept, handle, indent=1)
+        if kept.get("epochs") != args.epochs:
+            kept["scores"] = train_and_test(name, args, encoded_train, encoded_val, test)
+            kept["epochs"] = args.epochs
+            with open(state, "w", encoding="utf-8") as handle:
+                json.dump(kept, handle, indent=1)
+        results["models"][name] = kept["scores"]
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     text = json.dumps(results, indent=2)
     print(text)

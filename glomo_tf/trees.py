@@ -122,6 +122,33 @@ def bracket_f1(predicted, gold):
     return {"f1": f1, "precision": precision, "recall": recall, "sentences": len(gold)}
 
 
+def prune_tree(tree, keep):
+    """``tree`` without the leaves for which ``keep(leaf)`` is false, each node left with one
+    child replaced by that child: the tree of a sequence read with its brackets as tokens, seen
+    over its other tokens (as the released Ordered Memory code's ``remove_bracket`` scores it).
+    None when no leaf is kept."""
+    if not isinstance(tree, tuple):
+        return tree if keep(tree) else None
+    children = [c for c in (prune_tree(child, keep) for child in tree) if c is not None]
+    if not children:
+        return None
+    return children[0] if len(children) == 1 else tuple(children)
+
+
+def branching_tree(n, left):
+    """The purely left- (or right-) branching binary tree over the positions ``0 .. n - 1``:
+    the baselines an induced tree's F1 is read against."""
+    if left:
+        tree = 0
+        for i in range(1, n):
+            tree = (tree, i)
+        return tree
+    tree = n - 1
+    for i in range(n - 2, -1, -1):
+        tree = (i, tree)
+    return tree
+
+
 def parse_bracketed(text):
     """The tree of a bracketed string such as ``"( ( a b ) c )"`` (tokens split on spaces;
     ``(`` and ``)`` are the brackets). A bracket with one child is that child; one with more than

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from glomo_tf.data.logic import (RELATIONS, encode_logic, load_logic, parse_line,
-                                 read_logic_file, train_validation_split)
+from glomo_tf.data.logic import (BRACKETED_IDS, BRACKETED_VOCABULARY, RELATIONS, encode_logic,
+                                 load_logic, parse_line, read_logic_file, train_validation_split)
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared",
                     "data", "propositionallogic")
@@ -20,6 +20,7 @@ def test_a_line_by_hand():
     assert pair.left_tree == ("not", ("e", ("or", ("not", "c"))))
     assert pair.right == ("d", "and", "e") and pair.right_tree == ("d", ("and", "e"))
     assert pair.operators == 3
+    assert pair.left_bracketed == tuple("( not ( e ( or ( not c ) ) ) )".split())
     bare = parse_line("=\ta\ta")
     assert bare.left == ("a",) and bare.left_tree == "a"
 
@@ -46,6 +47,12 @@ def test_files_split_and_encoding(tmp_path):
     left, right, relations = encode_logic(pairs)
     assert left.shape == (21, 3) and right.shape == (21, 3)
     assert (right[0] > 0).sum() == 2 and relations[:7].tolist() == list(range(7))
+    # Read as written: the brackets are two more ids after the tokens' (which keep theirs).
+    left_b, right_b, relations_b = encode_logic(pairs, brackets=True)
+    assert left_b.shape == (21, 7) and (relations_b == relations).all()
+    assert [BRACKETED_VOCABULARY[i] for i in left_b[0]] == "( a ( and b ) )".split()
+    assert [BRACKETED_VOCABULARY[i] for i in right_b[0] if i] == "( not c )".split()
+    assert set(left_b[0]) - {BRACKETED_IDS["("], BRACKETED_IDS[")"]} == set(left[0])
     with pytest.raises(ValueError, match="does not exist"):
         load_logic(str(tmp_path), "test", [9])
     with pytest.raises(ValueError, match="split"):

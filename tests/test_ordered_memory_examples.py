@@ -177,3 +177,29 @@ def test_the_first_two_batches_differ_in_width(listops, logic):
         pairs = logic.PairBatches(ids, ids, np.arange(8), 2, seed=0, shuffle=shuffle)
         assert pairs[0][0][0].shape[1] != pairs[1][0][0].shape[1]
         assert sorted(len(pairs[i][1]) for i in range(len(pairs))) == [2, 2, 2, 2]
+
+
+def test_logic_with_brackets_resumes_and_extends(logic, tmp_path, capsys):
+    """--brackets: formulas read as written; the tree F1 is over the formulas' units (its
+    branching baselines beside it); a second run with more epochs trains on from the first
+    run's last epoch (the first epoch's line kept); other settings in the same directory are
+    refused in one line."""
+    common = ["--train-size", "64", "--validation-size", "32", "--test-per-operators", "4",
+              "--units", "8", "--slots", "4", "--batch-size", "32", "--brackets",
+              "--checkpoint-dir", str(tmp_path / "ck"), "--verbose", "0"]
+    first = logic.main(common + ["--epochs", "1"])
+    om = first["models"]["ordered_memory"]
+    check_curve(om["curve"], 1)
+    assert first["config"]["brackets"] is True
+    assert 0.0 <= om["tree_f1"] <= 100.0 and om["tree_f1_formulas"] > 0
+    assert om["branching_f1"]["right"] > om["branching_f1"]["left"]  # formulas branch right
+    again = logic.main(common + ["--epochs", "1"])  # finished: nothing trained again
+    assert again["models"] == first["models"]
+    longer = logic.main(common + ["--epochs", "2"])
+    for name in ("ordered_memory", "lstm"):
+        check_curve(longer["models"][name]["curve"], 2)
+        assert longer["models"][name]["curve"][0] == first["models"][name]["curve"][0]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        logic.main([a if a != "8" else "12" for a in common] + ["--epochs", "2"])
+    assert "holds a run of ordered_memory with other settings (units)" in str(stopped.value)

@@ -5,8 +5,8 @@ the bracketed-string reader."""
 import numpy as np
 import pytest
 
-from glomo_tf.trees import (bracket_f1, induce_tree, induce_trees, parse_bracketed,
-                            tree_leaves, tree_spans)
+from glomo_tf.trees import (bracket_f1, branching_tree, induce_tree, induce_trees,
+                            parse_bracketed, prune_tree, tree_leaves, tree_spans)
 
 
 def one_hot_rows(heads, num_slots):
@@ -97,3 +97,23 @@ def test_parse_bracketed():
     for bad in ("( a b", "a b )", "( )", ""):
         with pytest.raises(ValueError):
             parse_bracketed(bad)
+
+
+def test_prune_tree_drops_leaves_and_collapses_single_children():
+    # "( not ( a ( and b ) ) )" read with its brackets: positions 0..9, brackets at 0 2 4 7 8 9.
+    tokens = "( not ( a ( and b ) ) )".split()
+    tree = (0, ((1, ((2, 3), ((4, (5, 6)), 7))), (8, 9)))
+    pruned = prune_tree(tree, lambda t: tokens[t] not in "()")
+    assert pruned == (1, (3, (5, 6)))
+    assert [tokens[t] for t in tree_leaves(pruned)] == ["not", "a", "and", "b"]
+    assert prune_tree((0, 1), lambda t: False) is None
+    assert prune_tree("a", lambda t: True) == "a"
+    # Scored against the formula's own tree, as the released code scores a bracketed read.
+    gold, _ = parse_bracketed("( not ( a ( and b ) ) )")
+    assert bracket_f1([pruned], [gold])["f1"] == 1.0
+
+
+def test_branching_trees():
+    assert branching_tree(1, True) == 0 and branching_tree(1, False) == 0
+    assert branching_tree(4, True) == (((0, 1), 2), 3)
+    assert branching_tree(4, False) == (0, (1, (2, 3)))
