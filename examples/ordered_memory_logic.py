@@ -29,9 +29,11 @@ finished is not trained again (its scores are kept in ``{model}.json``), and a l
 The thesis (Table 4.1, 200 units, 15 slots, the full training set) reports accuracies 98, 97, 96,
 94, 94, 92 for 7..12 operators against 88, 84, 80, 78, 71, 69 for the LSTM, and F1 87.9.
 
-Run::
+Run, and evaluate a run's best model on any file of the data's format::
 
     python examples/ordered_memory_logic.py --output examples/outputs/ordered_memory_logic.json
+    python examples/ordered_memory_logic.py evaluate --run runs/ordered_memory_logic \
+        --model ordered_memory --file ../shared/data/propositionallogic/test12
 
 References:
     Shen, Tan, Hosseini, Lin, Sordoni and Courville, "Ordered Memory", NeurIPS 2019; Bowman,
@@ -134,6 +136,8 @@ def tree_scores(attention_model, test, brackets):
     formulas += [(p.right, p.right_bracketed, p.right_tree) for pairs in test.values()
                  for p in pairs[:200]]
     formulas = [f for f in formulas if len(f[0]) > 2]
+    if not formulas:
+        return {}
     read = [written if brackets else tokens for tokens, written, _ in formulas]
     ids = np.zeros((len(read), max(map(len, read))), np.int32)
     for n, tokens in enumerate(read):
@@ -214,6 +218,56 @@ def subset(items, size, rng):
     return [items[i] for i in keep]
 
 
+def accuracy_on(test_model, pairs, brackets):
+    """The share of ``pairs`` whose relation ``test_model`` predicts."""
+    batches = PairBatches(*encode_logic(pairs, brackets=brackets), 256, 0, shuffle=False)
+    correct = 0
+    for (left, right), labels in batches.batches:
+        predicted = np.argmax(test_model.predict_on_batch([left, right]), -1)
+        correct += int(np.sum(predicted == labels))
+    return round(correct / len(pairs), 4)
+
+
+def evaluate(argv):
+    """``evaluate --run DIR --file F [F ...]``: the accuracy (and Ordered Memory's tree F1) of a
+    trained model of ``DIR`` (a ``--checkpoint-dir``: ``{model}.json`` and its best weights) on
+    files in the data's format (``relation<TAB>formula<TAB>formula``)."""
+    parser = argparse.ArgumentParser(description=evaluate.__doc__.split("\n")[0])
+    parser.add_argument("--run", required=True, help="the model's --checkpoint-dir")
+    parser.add_argument("--model", choices=MODELS, default="ordered_memory")
+    parser.add_argument("--file", nargs="+", required=True)
+    args = parser.parse_args(argv)
+    from glomo_tf.data.logic import read_logic_file
+
+    paths = [os.path.join(args.run, f"{args.model}{end}") for end in (".json", ".weights.h5")]
+    missing = [path for path in paths + args.file if not os.path.exists(path)]
+    if missing:
+        sys.exit(f"ordered_memory_logic evaluate: error: {missing[0]} does not exist; pass the "
+                 "--checkpoint-dir of a run (its {model}.json and {model}.weights.h5) and "
+                 "files in the data's format.")
+    with open(paths[0], encoding="utf-8") as handle:
+        setting = json.load(handle)["config"]
+    train_model, test_model, attention_model = build_models(
+        args.model, setting["units"], setting["slots"], 2 * setting["slots"], setting["dropout"],
+        setting["learning_rate"], setting["attention"], setting["scorer"], setting["optimizer"],
+        setting.get("brackets", False))
+    train_model.optimizer.build(train_model.trainable_variables)  # the file holds its state too
+    train_model.load_weights(paths[1])  # the layers test_model shares
+    brackets = setting.get("brackets", False)
+    result = {"run": args.run, "model": args.model, "files": {}}
+    for path in args.file:
+        try:
+            pairs = read_logic_file(path)
+        except ValueError as error:
+            sys.exit(f"ordered_memory_logic evaluate: error: {path}: {error}")
+        scores = {"pairs": len(pairs), "accuracy": accuracy_on(test_model, pairs, brackets)}
+        if attention_model is not None:
+            scores.update(tree_scores(attention_model, {0: pairs}, brackets))
+        result["files"][path] = scores
+    print(json.dumps(result, indent=1))
+    return result
+
+
 def train_and_test(name, args, encoded_train, encoded_val, test):
     """Trains one model (resuming from its last backed-up epoch), restores its best validation
     epoch and returns its scores."""
@@ -242,15 +296,7 @@ def train_and_test(name, args, encoded_train, encoded_val, test):
         callbacks=callbacks, verbose=args.verbose)
     seconds = time.perf_counter() - start
     train_model.load_weights(checkpoint)  # the best validation epoch (shared layers)
-    accuracy = {}
-    for k, pairs in test.items():
-        batches = PairBatches(*encode_logic(pairs, brackets=args.brackets), 256, 0,
-                              shuffle=False)
-        correct = 0
-        for (left, right), labels in batches.batches:
-            predicted = np.argmax(test_model.predict_on_batch([left, right]), -1)
-            correct += int(np.sum(predicted == labels))
-        accuracy[str(k)] = round(correct / len(pairs), 4)
+    accuracy = {str(k): accuracy_on(test_model, pairs, args.brackets) for k, pairs in test.items()}
     curve = learning_curve(log)
     scores = {"test_accuracy": accuracy,
               "best_val_accuracy": max(c["val_accuracy"] for c in curve),
@@ -264,6 +310,9 @@ def train_and_test(name, args, encoded_train, encoded_val, test):
 
 def main(argv=None):
     """Reads the data, trains and evaluates the models; prints and returns the results."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["evaluate"]:
+        return evaluate(argv[1:])
     started = time.perf_counter()
     args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
@@ -278,7 +327,7 @@ def main(argv=None):
     majority = int(np.argmax(counts))
     config = {k: v for k, v in vars(args).items() if k not in ("verbose", "output", "data")}
     results = {
-        "command": "python examples/ordered_memory_logic.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python examples/ordered_memory_logic.py " + " ".join(argv),
         "config": config,
         "data": {"train": len(train), "validation": len(validation),
                  "test": {str(k): len(v) for k, v in test.items()},
