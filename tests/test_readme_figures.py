@@ -1344,11 +1344,12 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
 
     doc = page("docs/results/where-graphs-pay.md")
     recorded = load("squad_init_seeds.json")
-    runs = [r for part in ("baseline", "glomo_variants") for r in recorded[part]["runs"]]
+    parts = ("baseline", "glomo_variants", "glomo_embeddings")
+    runs = [r for part in parts for r in recorded[part]["runs"]]
     by = {(r["variant"], r["seed"]): r for r in runs}
     seeds = sorted({seed for _, seed in by})
-    assert seeds == [0, 1, 2, 3, 4] and len(by) == 15
-    for part in ("baseline", "glomo_variants"):
+    assert seeds == [0, 1, 2, 3, 4] and len(by) == 20
+    for part in parts:
         config = recorded[part]["config"]
         assert config["init_embeddings"] == "predictor" and config["embedding_dim"] == 128
 
@@ -1385,10 +1386,34 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
     baseline = [100 * by["baseline", s]["exact_match"] for s in seeds]
     figure = f"the baseline's seeds range from {min(baseline):.2f} to {max(baseline):.2f}"
     assert figure in text, f"page lacks: {figure}"
+    # The paper's other row, the graphs at the embeddings, where the uniform graph mixes too.
+    emb = {ref: (paired("glomo_embeddings", ref, "exact_match"),
+                 paired("glomo_embeddings", ref, "f1"))
+           for ref in ("baseline", "glomo_rnn", "uniform")}
+    seconds = [by["glomo_embeddings", s]["seconds"] for s in seeds]
+    figure = (f"the third command in the JSON, {min(seconds):.0f}-{max(seconds):.0f} s a run on "
+              f"one core), averages {mean('glomo_embeddings', 'exact_match'):.2f} / "
+              f"{mean('glomo_embeddings', 'f1'):.2f}, level with the baseline "
+              f"({100 * emb['baseline'][0]['mean_difference']:+.2f} exact match, p "
+              f"{emb['baseline'][0]['p']:.2f}) and below the GLoMo reader on the RNN states "
+              f"({100 * emb['glomo_rnn'][0]['mean_difference']:+.2f}, "
+              f"{emb['glomo_rnn'][0]['wins']} / {emb['glomo_rnn'][0]['losses']}, p "
+              f"{emb['glomo_rnn'][0]['p']:.2f})")
+    assert figure in text, f"page lacks: {figure}"
+    at_em, at_f1 = emb["uniform"]
+    figure = (f"the learned graphs trail the uniform graph there by "
+              f"{100 * at_em['mean_difference']:+.2f} exact match and "
+              f"{100 * at_f1['mean_difference']:+.2f} F1 ({at_em['wins']} / {at_em['losses']} and "
+              f"{at_f1['wins']} / {at_f1['losses']} seeds, p {at_em['p']:.2f} and "
+              f"{at_f1['p']:.2f})")
+    assert figure in text, f"page lacks: {figure}"
+    assert recorded["commands"][2].endswith("--variants glomo_embeddings --output-dir "
+                                            "runs/books/squad_init_emb")
     # The table beside the paper's rows: ours from the runs, the paper's from its text.
     ours = {"here, mean of 5 seeds: baseline (the books predictor's word vectors)": "baseline",
+            "here: GLoMo on embeddings (`glomo_embeddings`)": "glomo_embeddings",
             "here: GLoMo on RNN states (`glomo_rnn`)": "glomo_rnn",
-            "here: uniform graph": "uniform"}
+            "here: uniform graph (at the embeddings)": "uniform"}
     for label, variant in ours.items():
         row = (f"| {label} | {mean(variant, 'exact_match'):.2f} | {mean(variant, 'f1'):.2f} |")
         assert row in doc, f"page lacks: {row}"
@@ -1406,6 +1431,10 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
     lead = float(paper["GLoMo on RNN states"][0]) - float(paper["uniform graph"][0])
     figure = (f"The paper's learned graphs lead its uniform graph by {lead:+.2f} exact match (RNN "
               f"states); here they lead by {100 * em['mean_difference']:+.2f}")
+    assert figure in text, f"page lacks: {figure}"
+    lead = float(paper["GLoMo on embeddings"][0]) - float(paper["uniform graph"][0])
+    figure = (f"At the embeddings the paper's lead by {lead:+.2f} and here they trail by "
+              f"{100 * at_em['mean_difference']:+.2f}")
     assert figure in text, f"page lacks: {figure}"
 
 
