@@ -337,16 +337,17 @@ def main(argv=None):
                      for k, v in test.items()}},
         "models": {}}
     os.makedirs(args.checkpoint_dir, exist_ok=True)
-    # What a model's run depends on (more epochs extend a run).
-    setting = {k: v for k, v in config.items() if k not in ("models", "epochs")}
+    # What a model's run depends on (more epochs extend a run; the directory may move).
+    setting = {k: v for k, v in config.items()
+               if k not in ("models", "epochs", "checkpoint_dir")}
     for name in args.models:
         state = os.path.join(args.checkpoint_dir, f"{name}.json")
         kept = {"config": setting}
         if os.path.exists(state):
             with open(state, encoding="utf-8") as handle:
                 kept = json.load(handle)
-            if kept["config"] != setting:
-                changed = sorted(k for k in setting if kept["config"].get(k) != setting[k])
+            changed = sorted(k for k in setting if kept["config"].get(k) != setting[k])
+            if changed:
                 sys.exit(f"ordered_memory_logic: error: {args.checkpoint_dir} holds a run of "
                          f"{name} with other settings ({', '.join(changed)}); pass a new "
                          "--checkpoint-dir, or the same settings to resume it.")
