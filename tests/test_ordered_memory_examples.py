@@ -226,3 +226,27 @@ def test_logic_with_brackets_resumes_extends_and_evaluates(logic, tmp_path, caps
     with pytest.raises(SystemExit) as stopped:
         logic.main([a if a != "8" else "12" for a in common] + ["--epochs", "2"])
     assert "holds a run of ordered_memory with other settings (units)" in str(stopped.value)
+
+
+def committed_logic_scores(logic, name, operators):
+    """``evaluate`` on the committed models of the bracketed run, against their recorded test
+    accuracy on the same file."""
+    run = os.path.join(ROOT, "examples", "outputs", "ordered_memory_logic_models")
+    path = os.path.join(logic.DEFAULT_DATA, f"test{operators}")
+    scored = logic.main(["evaluate", "--run", run, "--model", name, "--file", path])
+    with open(os.path.join(run, f"{name}.json"), encoding="utf-8") as handle:
+        recorded = json.load(handle)["scores"]
+    return scored["files"][path], recorded
+
+
+def test_committed_logic_lstm_gives_its_recorded_accuracy(logic):
+    scored, recorded = committed_logic_scores(logic, "lstm", 12)
+    assert scored["pairs"] == 853
+    assert scored["accuracy"] == recorded["test_accuracy"]["12"]
+
+
+@pytest.mark.slow
+def test_committed_logic_ordered_memory_gives_its_recorded_accuracy(logic):
+    scored, recorded = committed_logic_scores(logic, "ordered_memory", 12)
+    assert scored["accuracy"] == recorded["test_accuracy"]["12"]
+    assert 0.0 <= scored["tree_f1"] <= 100.0

@@ -1454,3 +1454,30 @@ def test_reader_step_costs_come_from_the_benchmark():
     assert max(ratios["glomo_rnn"]) < 2  # "stays under twice a baseline epoch"
     assert f"Filling the passage cache takes {bench['cache_fill_s']:.0f} s" in doc
 
+
+
+def test_ordered_memory_logic_with_brackets_comes_from_its_json():
+    """The bracketed logic run: both table rows, the tree F1 beside the branching trees', the
+    epochs each model ran, and the committed models' settings, from the recorded JSON."""
+    doc = page("docs/guides/related-models.md")
+    flat = " ".join(doc.split())
+    recorded = load("ordered_memory_logic_brackets.json")
+    assert recorded["config"]["brackets"] is True and recorded["config"]["slots"] == 12
+    operators = [str(k) for k in range(7, 13)]
+    epochs = recorded["epochs"]
+    labels = {"ordered_memory": f"Ordered Memory, formulas with their brackets, 12 slots, "
+                                f"{epochs['ordered_memory']} epochs",
+              "lstm": f"LSTM, formulas with their brackets, {epochs['lstm']} epochs"}
+    for name, label in labels.items():
+        accuracy = recorded["models"][name]["test_accuracy"]
+        row = f"| {label} | " + " | ".join(f"{100 * accuracy[k]:.1f}" for k in operators) + " |"
+        assert row in doc, row
+        assert len(recorded["models"][name]["curve"]) == epochs[name]
+    om = recorded["models"]["ordered_memory"]
+    figure = (f"induced-tree F1 {om['tree_f1']:.1f} against {om['branching_f1']['left']:.1f} and "
+              f"{om['branching_f1']['right']:.1f} for the left- and right-branching trees")
+    assert figure in flat, figure
+    for name in ("ordered_memory", "lstm"):
+        committed = load(os.path.join("ordered_memory_logic_models", f"{name}.json"))
+        assert committed["scores"] == recorded["models"][name]
+        assert {k: committed["config"][k] for k in recorded["config"]} == recorded["config"]
