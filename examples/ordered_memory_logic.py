@@ -42,6 +42,7 @@ References:
 """
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -119,7 +120,6 @@ def build_models(name, units, slots, test_slots, dropout, learning_rate,
 def learning_curve(csv_path):
     """The epochs logged in ``csv_path`` (keras.callbacks.CSVLogger's file, appended over
     restarts), the last line of each epoch kept."""
-    import csv
     keys = ("loss", "accuracy", "val_loss", "val_accuracy")
     with open(csv_path, encoding="utf-8") as handle:
         rows = {int(row["epoch"]): row for row in csv.DictReader(handle)}
@@ -247,13 +247,13 @@ def evaluate(argv):
                  "files in the data's format.")
     with open(paths[0], encoding="utf-8") as handle:
         setting = json.load(handle)["config"]
+    brackets = setting.get("brackets", False)
     train_model, test_model, attention_model = build_models(
         args.model, setting["units"], setting["slots"], 2 * setting["slots"], setting["dropout"],
         setting["learning_rate"], setting["attention"], setting["scorer"], setting["optimizer"],
-        setting.get("brackets", False))
+        brackets)
     train_model.optimizer.build(train_model.trainable_variables)  # the file holds its state too
     train_model.load_weights(paths[1])  # the layers test_model shares
-    brackets = setting.get("brackets", False)
     result = {"run": args.run, "model": args.model, "files": {}}
     for path in args.file:
         try:
