@@ -109,13 +109,17 @@ def summarize(runs, variants, reference="baseline", metric="accuracy"):
         paired = paired_comparison(per_seed_accuracy(runs, variant, metric), reference_accuracy)
         if paired is not None:
             summary["paired"][variant] = paired
-    # Learned graphs against uniform ones: what the graphs' structure adds over the same fusion.
-    uniform = per_seed_accuracy(runs, "uniform", metric) if reference != "uniform" else {}
-    for variant in variants:
-        if variant in hparams.PREDICTOR_VARIANTS and uniform:
-            paired = paired_comparison(per_seed_accuracy(runs, variant, metric), uniform)
-            if paired is not None:
-                summary.setdefault("paired_with_uniform", {})[variant] = paired
+    # Learned graphs against uniform ones: what the graphs' structure adds over the same fusion;
+    # ``uniform`` mixes at the embeddings, ``uniform_rnn`` at glomo_rnn's place.
+    for uniform_variant, learned in (("uniform", hparams.PREDICTOR_VARIANTS),
+                                     ("uniform_rnn", ("glomo_rnn",))):
+        uniform = (per_seed_accuracy(runs, uniform_variant, metric)
+                   if reference != uniform_variant else {})
+        for variant in variants:
+            if variant in learned and uniform:
+                paired = paired_comparison(per_seed_accuracy(runs, variant, metric), uniform)
+                if paired is not None:
+                    summary.setdefault(f"paired_with_{uniform_variant}", {})[variant] = paired
     return summary
 
 
@@ -143,6 +147,9 @@ def format_markdown(summary, dataset, split_description, reference="baseline",
     lines += _paired_table(
         summary.get("paired_with_uniform", {}), "uniform",
         "GLoMo variants paired with the uniform graph (the same fusion without learned structure):")
+    lines += _paired_table(
+        summary.get("paired_with_uniform_rnn", {}), "uniform_rnn",
+        "The GLoMo variant on the RNN states paired with the uniform graph at the same place:")
     return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,8 @@ PRETRAINER = dict(context_length=3, decoder_layers=2, num_positions=20, objectiv
 PRETRAIN_COMMAND = dict(GRAPH_PREDICTOR, **PRETRAINER, live_row_weight=1.0)
 
 # Downstream classifiers (glomo_tf.models.build_classifier, glomo transfer).
-VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "cn3", "shared_private")
+VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn", "cn3",
+            "shared_private")
 PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")
 # Run by `glomo transfer` when no --variants are given: the GLoMo comparison.
 DEFAULT_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")

@@ -37,9 +37,9 @@ def test_variant_builds_fits_and_keeps_the_predictor_frozen(variant, predictor, 
     assert probabilities.shape == (6, CLASSES)
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
     transfers = [layer for layer in model.layers if isinstance(layer, GlomoTransfer)]
-    glomo = ("glomo_embeddings", "glomo_rnn", "uniform")
+    glomo = ("glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn")
     assert len(transfers) == (1 if variant in glomo else 0)
-    if variant == "uniform":
+    if variant in ("uniform", "uniform_rnn"):
         assert transfers[0].graph_mode == "uniform" and transfers[0].graph_predictor is None
     if variant in ("glomo_embeddings", "glomo_rnn"):
         assert transfers[0].graph_predictor is predictor
@@ -74,6 +74,12 @@ def test_glomo_transfer_widens_the_features_where_it_is_placed(predictor):
     assert embeddings.get_layer("glomo_embeddings").output.shape[-1] == 16
     assert embeddings.get_layer("bigru").output.shape[-1] == 8
     assert rnn.get_layer("glomo_rnn").output.shape[-1] == 16
+    # The uniform graphs at each place: width 6 -> 12 at embeddings of 6, 8 -> 16 at the states.
+    narrow = dict(SMALL, embedding_dim=6)
+    assert build_classifier(VOCAB, 2, "uniform", **narrow).get_layer(
+        "uniform_graphs").output.shape[-1] == 12
+    assert build_classifier(VOCAB, 2, "uniform_rnn", **narrow).get_layer(
+        "uniform_graphs").output.shape[-1] == 16
 
 
 def test_bad_arguments(predictor):

@@ -221,7 +221,8 @@ def test_passage_self_attention_matches_numpy(rng):
         np.testing.assert_allclose(out[b, t], expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["baseline", "glomo_embeddings", "glomo_rnn", "uniform"])
+@pytest.mark.parametrize("variant", ["baseline", "glomo_embeddings", "glomo_rnn", "uniform",
+                                     "uniform_rnn"])
 def test_reader_logits_mask_padding_and_take_gradients(variant):
     import keras
     import tensorflow as tf
@@ -245,6 +246,13 @@ def test_reader_logits_mask_padding_and_take_gradients(variant):
                for g, w in zip(grads, model.trainable_weights) if not w.path.startswith("end"))
     if variant in ("glomo_embeddings", "glomo_rnn"):
         assert not any("graph_predictor" in w.path for w in model.trainable_weights)
+    if variant in ("uniform", "uniform_rnn"):
+        # Where the uniform graphs mix: before the BiGRU (its 2 x 4 states) or after (8 -> 16).
+        from glomo_tf.models.pair_classifier import shared_text_encoder
+
+        encode = shared_text_encoder(30, variant, None, 6, 4, 0.0, 2, 0.0, None, None)
+        width = encode(keras.Input((None,), dtype="int32")).shape[-1]
+        assert width == {"uniform": 8, "uniform_rnn": 16}[variant]
 
 
 def test_reader_module_example_runs():

@@ -219,6 +219,18 @@ def test_paired_comparison_numbers():
 
     assert "paired_with_uniform" not in summary  # no uniform runs
 
+    # Each uniform graph is the reference of the learned graphs at its own place.
+    placed = runs + [{"variant": v, "seed": s, "fold": None, "accuracy": a} for v, s, a in [
+        ("uniform", 1, 0.70), ("uniform", 2, 0.70), ("uniform_rnn", 1, 0.90),
+        ("uniform_rnn", 2, 0.60), ("glomo_embeddings", 1, 0.75), ("glomo_embeddings", 2, 0.65)]]
+    summary = summarize(placed, ["glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn"])
+    assert set(summary["paired_with_uniform"]) == {"glomo_embeddings", "glomo_rnn"}
+    assert set(summary["paired_with_uniform_rnn"]) == {"glomo_rnn"}
+    assert summary["paired_with_uniform_rnn"]["glomo_rnn"]["mean_difference"] == pytest.approx(
+        np.mean([0.80 - 0.90, 0.70 - 0.60]))
+    assert summary["paired_with_uniform"]["glomo_embeddings"]["mean_difference"] == (
+        pytest.approx(np.mean([0.05, -0.05])))
+
     # Any variant can be the reference: baseline against glomo_rnn is the mirror image.
     mirrored = summarize(runs, ["baseline", "glomo_rnn"], reference="glomo_rnn")["paired"]
     assert set(mirrored) == {"baseline"}

@@ -3,7 +3,7 @@
 The flags of :class:`glomo_tf.experiments.transfer.TransferConfig`, then
 :func:`glomo_tf.experiments.transfer.run_transfer`. It trains the classifier variants of
 :mod:`glomo_tf.models.classifier` (``baseline``, ``glomo_embeddings``, ``glomo_rnn``,
-``uniform``, and the related models ``cn3`` and ``shared_private``) on a labelled dataset for
+``uniform``, ``uniform_rnn`` (uniform graphs at ``glomo_rnn``'s place), and the related models ``cn3`` and ``shared_private``) on a labelled dataset for
 several seeds, with ``model.fit`` (early stopping on validation accuracy, best weights restored),
 and reports test accuracy per variant and a paired comparison of each other variant with the
 baseline on the same seeds and splits.
@@ -12,7 +12,7 @@ The pretrained graph predictor and its tokenizer come from a preset (``--preset 
 built-in one such as ``glomo_books_en``, or ``RUN/preset``), from a ``glomo pretrain`` run
 (``--run RUN_DIR``: ``RUN/graph_predictor.keras`` and ``RUN/tokenizer/``) or are given separately
 (``--model FILE.keras --tokenizer DIR``). Every variant then reads the pretraining tokenizer's ids.
-Without a predictor only ``--variants baseline uniform cn3 shared_private`` can run; the tokenizer
+Without a predictor only ``--variants baseline uniform uniform_rnn cn3 shared_private`` can run; the tokenizer
 is then built from each split's training texts.
 
 Splits: ``--split seeded`` (default) holds out a seeded 10% test set and carves a 10% validation
@@ -40,7 +40,7 @@ Examples::
 
 Sentence pairs (``sick``, ``mrpc``, ``snli``, ``pairs``) run the pair classifier of
 :mod:`glomo_tf.models.pair_classifier` (a shared encoder per sentence, ESIM-style alignment;
-variants ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``); two-class tasks also
+variants ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, ``uniform_rnn``); two-class tasks also
 report the F1 of the second class (MRPC: paraphrase), SNLI the accuracy on its hard subset.
 
 Reading comprehension (``squad``) runs the BiDAF-style reader of :mod:`glomo_tf.models.reader`

@@ -1,7 +1,7 @@
 """Downstream experiments: text classifiers with and without transferred GLoMo graphs.
 
 :func:`run_transfer` trains the classifier variants of :func:`glomo_tf.models.build_classifier`
-(``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, and the related models ``cn3``
+(``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, ``uniform_rnn``, and the related models ``cn3``
 and ``shared_private``) on a labelled dataset for several seeds, with ``model.fit`` (early stopping
 on validation accuracy, best weights restored), and writes the test accuracy of every run and the
 paired comparisons (:mod:`glomo_tf.evaluation`) to ``results.json`` and ``results.md``. It is what
@@ -51,7 +51,7 @@ class TransferConfig:
     """The settings of one downstream experiment (``glomo transfer``'s flags, one field each).
 
     ``model`` and ``tokenizer`` are a pretrained graph predictor's ``.keras`` file and its
-    tokenizer directory; without them only ``baseline``, ``uniform``, ``cn3`` and
+    tokenizer directory; without them only ``baseline``, ``uniform``, ``uniform_rnn``, ``cn3`` and
     ``shared_private`` can run (the tokenizer is then built from each split's training texts).
 
     ``graph_cache`` (default False): the GLoMo variants (frozen predictor) read the predictor's
@@ -233,7 +233,7 @@ class TransferConfig:
         if c.model is None and needing:
             raise ValueError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
                              "predictor: pass `preset` NAME, `run` RUN_DIR (or `model` and "
-                             "`tokenizer`), or run only `variants` baseline uniform cn3 "
+                             "`tokenizer`), or run only `variants` baseline uniform uniform_rnn cn3 "
                              "shared_private.")
         return c
 

@@ -16,6 +16,8 @@ variant                GLoMo transfer
 ``glomo_rnn``          the predictor's graphs mixed into the BiGRU states (before self-attention)
 ``uniform``            uniform graphs over the admissible sources at the embeddings (the paper's
                        sanity baseline: same extra parameters, no learned structure)
+``uniform_rnn``        uniform graphs at the BiGRU states: ``glomo_rnn``'s sanity baseline at its
+                       own place
 ``cn3``                none; task-specific graphs learned on the fly instead (CN3, Liu et al.
                        2019): embeddings -> Dropout -> ContextualizedNonLocal -> masked mean
                        -> Dropout -> Dense softmax
@@ -161,7 +163,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             graph predictor's ``vocabulary_size`` when one is given.
         num_classes: int >= 2.
         variant: one of ``"baseline"``, ``"glomo_embeddings"``, ``"glomo_rnn"``, ``"uniform"``,
-            ``"cn3"``, ``"shared_private"`` (see the module docstring).
+            ``"uniform_rnn"``, ``"cn3"``, ``"shared_private"`` (see the module docstring).
         graph_predictor: a :class:`GraphPredictor` (from ``glomo_tf.load_graph_predictor``);
             required by ``glomo_embeddings`` and ``glomo_rnn``, unused otherwise. It stays frozen
             (``GlomoTransfer``'s default).
@@ -238,6 +240,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                                    name="bigru")(h)
     if variant == "glomo_rnn":
         h = transfer(h, token_ids, "learned", "glomo_rnn")
+    elif variant == "uniform_rnn":
+        h = transfer(h, token_ids, "uniform", "uniform_graphs")
     width = h.shape[-1]
     attention_mask = SelfAttentionMask(name="attention_mask")(token_ids)
     attended = keras.layers.MultiHeadAttention(

@@ -14,7 +14,8 @@ predictor (it never sees the pair), and an ESIM-style soft alignment relates the
 The variants are those of :func:`glomo_tf.models.build_classifier` that transfer graphs:
 ``baseline`` (no GlomoTransfer), ``glomo_embeddings`` (the predictor's graphs mixed into the word
 embeddings), ``glomo_rnn`` (into the first BiGRU's states), ``uniform`` (uniform graphs at the
-embeddings: the same extra parameters without learned structure).
+embeddings: the same extra parameters without learned structure), ``uniform_rnn`` (uniform graphs
+at the first BiGRU's states, ``glomo_rnn``'s place).
 
 Example:
 
@@ -32,7 +33,7 @@ from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.models.classifier import (PREDICTOR_VARIANTS, MaskedMeanMaxPooling,
                                         check_graph_predictor)
 
-PAIR_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
+PAIR_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -88,7 +89,7 @@ def shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim
                                  graph_mode="learned" if learned else "uniform",
                                  dropout=transfer_dropout, top_k=top_k if learned else None,
                                  graph_temperature=graph_temperature if learned else None,
-                                 name={"uniform": "uniform_graphs"}.get(variant, variant))
+                                 name=variant if learned else "uniform_graphs")
     embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
                                        name="embedding")
     embedding_dropout = keras.layers.Dropout(dropout, name="embedding_dropout")
@@ -101,7 +102,7 @@ def shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim
         if variant in ("glomo_embeddings", "uniform"):
             h = transfer([h, source])
         h = encoder(embedding_dropout(h))
-        if variant == "glomo_rnn":
+        if variant in ("glomo_rnn", "uniform_rnn"):
             h = transfer([h, source])
         return h
 

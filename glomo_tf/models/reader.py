@@ -16,7 +16,7 @@ text by the frozen predictor:
 The variants are :func:`glomo_tf.models.build_pair_classifier`'s: ``baseline``,
 ``glomo_embeddings`` (graphs into the word embeddings, the paper's first Table 1 row),
 ``glomo_rnn`` (into the encoder's states, its second), ``uniform`` (uniform graphs at the
-embeddings).
+embeddings), ``uniform_rnn`` (uniform graphs at the encoder's states, ``glomo_rnn``'s place).
 
 Example:
 
