@@ -1344,11 +1344,11 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
 
     doc = page("docs/results/where-graphs-pay.md")
     recorded = load("squad_init_seeds.json")
-    parts = ("baseline", "glomo_variants", "glomo_embeddings")
+    parts = ("baseline", "glomo_variants", "glomo_embeddings", "uniform_rnn")
     runs = [r for part in parts for r in recorded[part]["runs"]]
     by = {(r["variant"], r["seed"]): r for r in runs}
     seeds = sorted({seed for _, seed in by})
-    assert seeds == [0, 1, 2, 3, 4] and len(by) == 20
+    assert seeds == [0, 1, 2, 3, 4] and len(by) == 25
     for part in parts:
         config = recorded[part]["config"]
         assert config["init_embeddings"] == "predictor" and config["embedding_dim"] == 128
@@ -1409,11 +1409,32 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
     assert figure in text, f"page lacks: {figure}"
     assert recorded["commands"][2].endswith("--variants glomo_embeddings --output-dir "
                                             "runs/books/squad_init_emb")
+    # glomo_rnn against the uniform graph at its own place (the BiGRU states).
+    at_rnn = (paired("glomo_rnn", "uniform_rnn", "exact_match"),
+              paired("glomo_rnn", "uniform_rnn", "f1"))
+    seconds = [by["uniform_rnn", s]["seconds"] for s in seeds]
+    spread = [100 * by["uniform_rnn", s]["exact_match"] for s in seeds]
+    figure = (f"the fourth command in the JSON, {min(seconds):.0f}-{max(seconds):.0f} s a run on "
+              f"one core), averages {mean('uniform_rnn', 'exact_match'):.2f} / "
+              f"{mean('uniform_rnn', 'f1'):.2f}, and the learned graphs at the same place lead it "
+              f"by {100 * at_rnn[0]['mean_difference']:+.2f} exact match and "
+              f"{100 * at_rnn[1]['mean_difference']:+.2f} F1 ({at_rnn[0]['wins']} / "
+              f"{at_rnn[0]['losses']} seeds, p {at_rnn[0]['p']:.2f} and {at_rnn[1]['p']:.2f})")
+    assert figure in text, f"page lacks: {figure}"
+    assert f"Its seeds span {min(spread):.2f} to {max(spread):.2f} exact match" in text
+    widest = max(max(100 * by[v, s]["exact_match"] for s in seeds)
+                 - min(100 * by[v, s]["exact_match"] for s in seeds)
+                 for v in ("baseline", "glomo_rnn", "uniform", "glomo_embeddings"))
+    assert max(spread) - min(spread) > widest  # "the widest spread of any row"
+    assert recorded["commands"][3].endswith("--variants uniform_rnn --output-dir "
+                                            "runs/books/squad_uniform_rnn")
+    assert recorded["uniform_rnn"]["config"]["variants"] == ["uniform_rnn"]
     # The table beside the paper's rows: ours from the runs, the paper's from its text.
     ours = {"here, mean of 5 seeds: baseline (the books predictor's word vectors)": "baseline",
             "here: GLoMo on embeddings (`glomo_embeddings`)": "glomo_embeddings",
             "here: GLoMo on RNN states (`glomo_rnn`)": "glomo_rnn",
-            "here: uniform graph (at the embeddings)": "uniform"}
+            "here: uniform graph (at the embeddings)": "uniform",
+            "here: uniform graph at the RNN states (`uniform_rnn`)": "uniform_rnn"}
     for label, variant in ours.items():
         row = (f"| {label} | {mean(variant, 'exact_match'):.2f} | {mean(variant, 'f1'):.2f} |")
         assert row in doc, f"page lacks: {row}"
@@ -1430,7 +1451,9 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
         assert f"| {label} | {em_paper} | {f1_paper} |" in doc, label
     lead = float(paper["GLoMo on RNN states"][0]) - float(paper["uniform graph"][0])
     figure = (f"The paper's learned graphs lead its uniform graph by {lead:+.2f} exact match (RNN "
-              f"states); here they lead by {100 * em['mean_difference']:+.2f}")
+              f"states); here they lead by {100 * em['mean_difference']:+.2f} ("
+              f"{100 * at_rnn[0]['mean_difference']:+.2f} against the uniform graph at their own "
+              f"place)")
     assert figure in text, f"page lacks: {figure}"
     lead = float(paper["GLoMo on embeddings"][0]) - float(paper["uniform graph"][0])
     figure = (f"At the embeddings the paper's lead by {lead:+.2f} and here they trail by "
