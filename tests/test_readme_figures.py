@@ -1461,6 +1461,69 @@ def test_squad_init_seeds_sentence_comes_from_its_json():
     assert figure in text, f"page lacks: {figure}"
 
 
+def test_squad_own_predictor_paragraph_comes_from_its_json():
+    """The reader on the passages' own predictor: means, the paired margins over the uniform graph
+    at the same place and against the books predictor's readers, recomputed from the runs."""
+    from glomo_tf import evaluation
+
+    text = " ".join(page("docs/results/where-graphs-pay.md").split())
+    recorded = load("squad_own_predictor.json")
+    books = load("squad_init_seeds.json")
+    runs = recorded["runs"]
+    books_runs = [r for part in ("glomo_variants", "uniform_rnn") for r in books[part]["runs"]]
+    by = {(r["variant"], r["seed"]): r for r in runs}
+    seeds = [0, 1, 2, 3, 4]
+    assert sorted(by) == sorted((v, s) for v in ("glomo_rnn", "uniform_rnn") for s in seeds)
+    assert recorded["config"]["run"].endswith("squad/predictor")
+    assert recorded["config"]["init_embeddings"] == "predictor"
+
+    def mean(variant, metric):
+        return 100 * sum(by[variant, s][metric] for s in seeds) / len(seeds)
+
+    def paired(variant, reference_runs, reference, metric, key):
+        result = evaluation.paired_comparison(
+            evaluation.per_seed_accuracy(runs, variant, metric),
+            evaluation.per_seed_accuracy(reference_runs, reference, metric))
+        assert result == recorded["paired"][metric][key]
+        return result
+
+    predictor = recorded["predictor"]
+    curve = predictor["epoch_validation_perplexity"]
+    figure = (f"validation perplexity {curve['9']:.0f} after epoch 9, {curve['12']:.0f} after "
+              f"epoch 12, {predictor['validation_perplexity']:.2f} for the final model")
+    assert figure in text, f"page lacks: {figure}"
+    assert min(curve.values()) == curve["9"] < curve["12"]  # "it overfits"
+    seconds = {v: [by[v, s]["seconds"] for s in seeds] for v in ("glomo_rnn", "uniform_rnn")}
+    figure = (f"glomo_rnn {min(seconds['glomo_rnn']):.0f}-{max(seconds['glomo_rnn']):.0f} s and "
+              f"uniform_rnn {min(seconds['uniform_rnn']):.0f}-{max(seconds['uniform_rnn']):.0f} s"
+              f" a run on one core) average test exact match / F1 "
+              f"{mean('glomo_rnn', 'exact_match'):.2f} / {mean('glomo_rnn', 'f1'):.2f} with its "
+              f"graphs at the BiGRU states and {mean('uniform_rnn', 'exact_match'):.2f} / "
+              f"{mean('uniform_rnn', 'f1'):.2f} with the uniform graph")
+    assert figure in text, f"page lacks: {figure}"
+    em, f1 = (paired("glomo_rnn", runs, "uniform_rnn", metric, "glomo_rnn - uniform_rnn")
+              for metric in ("exact_match", "f1"))
+    figure = (f"the learned graphs lead by {100 * em['mean_difference']:+.2f} exact match "
+              f"({em['wins']} / {em['losses']} seeds, p {em['p']:.2f}) and "
+              f"{100 * f1['mean_difference']:+.2f} F1, on all {f1['wins']} seeds (p {f1['p']:.2f})")
+    assert figure in text, f"page lacks: {figure}"
+    assert f1["wins"] == 5 and f1["p"] >= 0.05  # "on all 5 seeds", "short of p < 0.05"
+    gaps = [paired(v, books_runs, v, "exact_match", f"{v}: own - books predictor")
+            for v in ("glomo_rnn", "uniform_rnn")]
+    assert all(g["losses"] == 5 for g in gaps)  # "on every seed"
+    figure = (f"(`glomo_rnn` {100 * gaps[0]['mean_difference']:+.2f} exact match, p "
+              f"{gaps[0]['p']:.3f}; `uniform_rnn` {100 * gaps[1]['mean_difference']:+.2f}, p "
+              f"{gaps[1]['p']:.2f})")
+    assert figure in text, f"page lacks: {figure}"
+    for label, variant in (("GLoMo on RNN states (`glomo_rnn`)", "glomo_rnn"),
+                           ("uniform graph at the RNN states (`uniform_rnn`)", "uniform_rnn")):
+        row = (f"| the passages' own predictor: {label} | {mean(variant, 'exact_match'):.2f} | "
+               f"{mean(variant, 'f1'):.2f} |")
+        assert row in text, f"page lacks: {row}"
+    assert recorded["commands"][2].endswith("--variants glomo_rnn uniform_rnn --output-dir "
+                                            "runs/squad/transfer_own")
+
+
 def test_reader_step_costs_come_from_the_benchmark():
     """The SQuAD reader's step costs: every round's ratio to the baseline's step, the medians and
     the cache fill, from benchmarks/outputs/reader_epoch.json."""
