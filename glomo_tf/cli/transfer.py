@@ -3,17 +3,18 @@
 The flags of :class:`glomo_tf.experiments.transfer.TransferConfig`, then
 :func:`glomo_tf.experiments.transfer.run_transfer`. It trains the classifier variants of
 :mod:`glomo_tf.models.classifier` (``baseline``, ``glomo_embeddings``, ``glomo_rnn``,
-``uniform``, ``uniform_rnn`` (uniform graphs at ``glomo_rnn``'s place), and the related models ``cn3`` and ``shared_private``) on a labelled dataset for
-several seeds, with ``model.fit`` (early stopping on validation accuracy, best weights restored),
-and reports test accuracy per variant and a paired comparison of each other variant with the
-baseline on the same seeds and splits.
+``uniform``, ``uniform_rnn`` (uniform graphs at ``glomo_rnn``'s place), and the related
+models ``cn3`` and ``shared_private``) on a labelled dataset for several seeds, with
+``model.fit`` (early stopping on validation accuracy, best weights restored), and reports test
+accuracy per variant and a paired comparison of each other variant with the baseline on the same
+seeds and splits.
 
 The pretrained graph predictor and its tokenizer come from a preset (``--preset NAME_OR_DIR``: a
 built-in one such as ``glomo_books_en``, or ``RUN/preset``), from a ``glomo pretrain`` run
 (``--run RUN_DIR``: ``RUN/graph_predictor.keras`` and ``RUN/tokenizer/``) or are given separately
 (``--model FILE.keras --tokenizer DIR``). Every variant then reads the pretraining tokenizer's ids.
-Without a predictor only ``--variants baseline uniform uniform_rnn cn3 shared_private`` can run; the tokenizer
-is then built from each split's training texts.
+Without a predictor only ``--variants baseline uniform uniform_rnn cn3 shared_private`` can
+run; the tokenizer is then built from each split's training texts.
 
 Splits: ``--split seeded`` (default) holds out a seeded 10% test set and carves a 10% validation
 set from the rest; ``--split kfold --folds 10`` runs every fold (the seed shuffles the folds and
@@ -40,8 +41,9 @@ Examples::
 
 Sentence pairs (``sick``, ``mrpc``, ``snli``, ``pairs``) run the pair classifier of
 :mod:`glomo_tf.models.pair_classifier` (a shared encoder per sentence, ESIM-style alignment;
-variants ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, ``uniform_rnn``); two-class tasks also
-report the F1 of the second class (MRPC: paraphrase), SNLI the accuracy on its hard subset.
+variants ``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, ``uniform_rnn``);
+two-class tasks also report the F1 of the second class (MRPC: paraphrase), SNLI the accuracy on
+its hard subset.
 
 Reading comprehension (``squad``) runs the BiDAF-style reader of :mod:`glomo_tf.models.reader`
 on a SQuAD v1.1 file (default: the shared ``squad/dev-v1.1.json``, split by article;

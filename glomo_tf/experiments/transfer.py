@@ -1,11 +1,12 @@
 """Downstream experiments: text classifiers with and without transferred GLoMo graphs.
 
 :func:`run_transfer` trains the classifier variants of :func:`glomo_tf.models.build_classifier`
-(``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, ``uniform_rnn``, and the related models ``cn3``
-and ``shared_private``) on a labelled dataset for several seeds, with ``model.fit`` (early stopping
-on validation accuracy, best weights restored), and writes the test accuracy of every run and the
-paired comparisons (:mod:`glomo_tf.evaluation`) to ``results.json`` and ``results.md``. It is what
-``glomo transfer`` runs; :class:`TransferConfig` holds its settings.
+(``baseline``, ``glomo_embeddings``, ``glomo_rnn``, ``uniform``, ``uniform_rnn``, and the related
+models ``cn3`` and ``shared_private``) on a labelled dataset for several seeds, with
+``model.fit`` (early stopping on validation accuracy, best weights restored), and writes the test
+accuracy of every run and the paired comparisons (:mod:`glomo_tf.evaluation`) to
+``results.json`` and ``results.md``. It is what ``glomo transfer`` runs; :class:`TransferConfig`
+holds its settings.
 
 Splits: ``split="seeded"`` (default) holds out a seeded 10% test set and carves a 10% validation
 set from the rest; ``split="kfold"`` runs every fold (the seed shuffles the folds and draws the
@@ -233,8 +234,8 @@ class TransferConfig:
         if c.model is None and needing:
             raise ValueError(f"The variant(s) {' '.join(needing)} need a pretrained graph "
                              "predictor: pass `preset` NAME, `run` RUN_DIR (or `model` and "
-                             "`tokenizer`), or run only `variants` baseline uniform uniform_rnn cn3 "
-                             "shared_private.")
+                             "`tokenizer`), or run only `variants` baseline uniform "
+                             "uniform_rnn cn3 shared_private.")
         return c
 
 
