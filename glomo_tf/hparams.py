@@ -53,6 +53,19 @@ PRECISIONS = ("float32", "mixed_bfloat16")
 TUNERS = ("random", "hyperband", "bayesian")
 
 
+def check_choice(name, value, choices):
+    """Raises ``ValueError`` naming the argument ``name`` unless ``value`` is one of
+    ``choices`` (one of the tuples above).
+
+    >>> check_choice("threshold", "vector", THRESHOLDS)
+    Traceback (most recent call last):
+    ...
+    ValueError: threshold must be one of ('query', 'scalar'), got 'vector'.
+    """
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+
+
 def check_entmax_alpha(alpha, name="entmax_alpha", softmax="softmax (normalization='softmax')"):
     """``alpha`` as a float; ``ValueError`` naming the setting ``name`` unless it lies in
     :data:`ENTMAX_ALPHA_RANGE` (1 is softmax, spelled ``softmax`` as the caller's user knows it;

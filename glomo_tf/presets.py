@@ -27,6 +27,8 @@ import shutil
 
 import numpy as np
 
+from glomo_tf import hparams
+
 PRESET_FORMAT = "glomo_tf.preset"
 PRESET_FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
@@ -81,8 +83,7 @@ def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="f
     if not predictor.built:
         raise ValueError("save_preset needs a built GraphPredictor: call it once, or load it "
                          "with glomo_tf.load_graph_predictor.")
-    if weights_dtype not in WEIGHTS_DTYPES:
-        raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {weights_dtype!r}.")
+    hparams.check_choice("weights_dtype", weights_dtype, WEIGHTS_DTYPES)
     if tokenizer is not None and tokenizer.vocabulary_size != predictor.vocabulary_size:
         raise ValueError(
             f"the tokenizer has {tokenizer.vocabulary_size} ids and the predictor reads "

@@ -34,6 +34,8 @@ import os
 
 import numpy as np
 
+from glomo_tf import hparams
+
 __all__ = ["MR_FILES", "SUBJ_FILES", "TFDS_TEXT_DATASETS", "kfold_splits", "load_labeled_text",
            "load_mr", "load_sst", "load_subj", "load_tfds_text", "seeded_split", "shared_data_dir"]
 
@@ -147,8 +149,7 @@ def load_sst(split="train", fine_grained=False, data_dir=None):
             (``stsa.fine.*``, labels 0-4).
         data_dir: the folder holding the ``stsa.*`` files; default ``shared_data_dir()/sst``.
     """
-    if split not in SST_SPLITS:
-        raise ValueError(f"split must be one of {SST_SPLITS}, got {split!r}.")
+    hparams.check_choice("split", split, SST_SPLITS)
     kind = "fine" if fine_grained else "binary"
     name = f"stsa.{kind}.{split}"
     path = os.path.join(_dataset_dir(data_dir, "sst"), name)

@@ -34,6 +34,8 @@ import re
 
 import numpy as np
 
+from glomo_tf import hparams
+
 __all__ = ["CORPUS_FORMATS", "MASK", "NEIGHBOURS", "consecutive_sentences", "corrupt",
            "encode_columns", "encode_documents", "iter_documents", "mask_id", "read_documents", "sentence_lines",
            "split_prose", "split_sentences", "with_mask_unit"]
@@ -113,8 +115,7 @@ def iter_documents(paths, corpus_format="wikitext"):
     """Yields the documents (lists of sentences) of one or more files, one at a time, reading
     each file line by line (``.gz`` through gzip); see the module's formats. Raises
     ``ValueError`` for an unknown format or a file that cannot be read."""
-    if corpus_format not in CORPUS_FORMATS:
-        raise ValueError(f"corpus_format must be one of {CORPUS_FORMATS}, got {corpus_format!r}.")
+    hparams.check_choice("corpus_format", corpus_format, CORPUS_FORMATS)
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
     reader = {"wikitext": _wikitext_documents, "lines": _line_documents,
@@ -199,8 +200,7 @@ def consecutive_sentences(documents, neighbours="next"):
     Returns:
         dict of equally long lists of str.
     """
-    if neighbours not in NEIGHBOURS:
-        raise ValueError(f"neighbours must be one of {NEIGHBOURS}, got {neighbours!r}.")
+    hparams.check_choice("neighbours", neighbours, NEIGHBOURS)
     columns = {"source": [], "target": []}
     if neighbours == "both":
         columns["previous"] = []

@@ -34,6 +34,8 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import unicode_script_tokenizer as _unicode_script
 from tensorflow_text.python.ops import whitespace_tokenizer as _whitespace
 
+from glomo_tf import hparams
+
 PAD = "<pad>"
 UNK = "<unk>"
 PAD_ID = 0
@@ -270,8 +272,7 @@ class Tokenizer(tf.Module):
         super().__init__(name="glomo_tokenizer")
         if not isinstance(vocabulary, Vocabulary):
             raise TypeError(f"Expected a Vocabulary, got {type(vocabulary).__name__}.")
-        if splitter not in SPLITTERS:
-            raise ValueError(f"splitter must be one of {SPLITTERS}, got {splitter!r}.")
+        hparams.check_choice("splitter", splitter, SPLITTERS)
         if max_length is not None and (not isinstance(max_length, (int, np.integer))
                                        or max_length < 1):
             raise ValueError(f"max_length must be a positive int or None, got {max_length!r}.")
@@ -484,8 +485,7 @@ def split_words_with_offsets(strings, splitter="whitespace", lowercase=False):
 def _split_with_offsets(strings, splitter, offsets):
     """The kernel's words of ``strings`` and, with ``offsets``, their ``(starts, ends)``; without,
     the words alone (the tokenizer's graph, in serving too, builds nothing it discards)."""
-    if splitter not in SPLITTERS:
-        raise ValueError(f"splitter must be one of {SPLITTERS}, got {splitter!r}.")
+    hparams.check_choice("splitter", splitter, SPLITTERS)
     # The whitespace kernel crashes the process when a batch yields no word at all (an empty batch,
     # or only blank strings): a sentinel row holding one word is appended, and dropped below.
     strings = tf.concat([strings, tf.constant(["_"])], axis=0)

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from glomo_tf import ops
+from glomo_tf import hparams, ops
 from glomo_tf.layers._common import time_slice
 
 
@@ -54,8 +54,7 @@ class ContextDecoder(keras.layers.Layer):
     def __init__(self, hidden_dim, context_length=3, num_layers=2, direction="forward",
                  dropout=0.0, **kwargs):
         super().__init__(**kwargs)
-        if direction not in ops.DIRECTIONS:
-            raise ValueError(f"direction must be one of {ops.DIRECTIONS}, got {direction!r}.")
+        hparams.check_choice("direction", direction, ops.DIRECTIONS)
         if context_length < 1 or num_layers < 1:
             raise ValueError(
                 f"context_length and num_layers must be >= 1, got {context_length}, {num_layers}.")

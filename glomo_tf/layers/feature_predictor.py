@@ -56,8 +56,7 @@ class FeaturePredictor(keras.layers.Layer):
 
     def __init__(self, hidden_dim, num_heads, composition="gru", **kwargs):
         super().__init__(**kwargs)
-        if composition not in COMPOSITIONS:
-            raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}.")
+        hparams.check_choice("composition", composition, COMPOSITIONS)
         hparams.check_heads_divide(hidden_dim, num_heads)
         self.hidden_dim = int(hidden_dim)
         self.num_heads = int(num_heads)

@@ -101,8 +101,7 @@ class GlomoTransfer(keras.layers.Layer):
                  dropout=0.0, propagation="auto", top_k=None, graph_temperature=None,
                  fused_normalization=False, **kwargs):
         super().__init__(**kwargs)
-        if graph_mode not in GRAPH_MODES:
-            raise ValueError(f"graph_mode must be one of {GRAPH_MODES}, got {graph_mode!r}.")
+        hparams.check_choice("graph_mode", graph_mode, GRAPH_MODES)
         if isinstance(graph_predictor, dict):
             graph_predictor = keras.saving.deserialize_keras_object(graph_predictor)
         if graph_predictor is not None and not isinstance(graph_predictor, GraphPredictor):

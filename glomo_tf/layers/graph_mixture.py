@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from glomo_tf import ops
+from glomo_tf import hparams, ops
 from glomo_tf.layers.graph_input import GraphInput
 
 GRAPH_MODES = ("learned", "uniform")
@@ -173,11 +173,8 @@ class GraphMixture(keras.layers.Layer):
     def __init__(self, num_mixtures=1, conditioned=True, include_products=True,
                  graph_mode="learned", propagation="auto", **kwargs):
         super().__init__(**kwargs)
-        if graph_mode not in GRAPH_MODES:
-            raise ValueError(f"graph_mode must be one of {GRAPH_MODES}, got {graph_mode!r}.")
-        if propagation not in PROPAGATIONS:
-            raise ValueError(
-                f"propagation must be one of {PROPAGATIONS}, got {propagation!r}.")
+        hparams.check_choice("graph_mode", graph_mode, GRAPH_MODES)
+        hparams.check_choice("propagation", propagation, PROPAGATIONS)
         self.propagation = propagation
         if num_mixtures < 1:
             raise ValueError(f"num_mixtures must be >= 1, got {num_mixtures}.")

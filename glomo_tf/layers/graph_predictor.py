@@ -341,8 +341,7 @@ class CoupledGraphPredictor(GraphPredictor):
     def __init__(self, vocabulary_size, hidden_dim, num_layers=3, num_heads=8, head_dim=None,
                  conv_layers=4, kernel_size=3, dropout=0.0, threshold="query",
                  normalization="squared_relu", entmax_alpha=1.5, composition="gru", **kwargs):
-        if composition not in COMPOSITIONS:
-            raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}.")
+        hparams.check_choice("composition", composition, COMPOSITIONS)
         hparams.check_heads_divide(hidden_dim, num_heads,
                                    what="a coupled predictor's feature composition")
         super().__init__(vocabulary_size, hidden_dim, num_layers, num_heads, head_dim,
@@ -396,8 +395,8 @@ def graph_predictor(*args, coupled=False, composition="gru", momentum=None, epsi
     >>> type(predictor).__name__, predictor.scorer.live_row_regularizer.weight
     ('CoupledGraphPredictor', 0.5)
     """
-    if composition not in COMPOSITIONS:  # checked here too: the settings' feature composition
-        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}.")
+    # checked here too: the settings' feature composition
+    hparams.check_choice("composition", composition, COMPOSITIONS)
     kwargs = flat_settings(kwargs)
     if coupled:
         predictor = CoupledGraphPredictor(*args, composition=composition, **kwargs)

@@ -164,11 +164,8 @@ class GraphScorer(keras.layers.Layer):
                  kernel_initializer=None, threshold_initializer=-1.0, kernel_regularizer=None,
                  live_row_regularizer=None, **kwargs):
         super().__init__(**kwargs)
-        if threshold not in THRESHOLDS:
-            raise ValueError(f"threshold must be one of {THRESHOLDS}, got {threshold!r}.")
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(
-                f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
+        hparams.check_choice("threshold", threshold, THRESHOLDS)
+        hparams.check_choice("normalization", normalization, NORMALIZATIONS)
         self.num_layers = int(num_layers)
         self.num_heads = int(num_heads)
         self.head_dim = int(head_dim)

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.hparams import DIRECTIONS, MASK_TYPES
 from glomo_tf.layers._common import compute_cast
 
@@ -26,10 +27,8 @@ def causal_kernel_mask(kernel_size, mask_type="A", direction="forward"):
     kernel_size = int(kernel_size)
     if kernel_size < 1 or kernel_size % 2 == 0:
         raise ValueError(f"kernel_size must be a positive odd integer, got {kernel_size}.")
-    if mask_type not in MASK_TYPES:
-        raise ValueError(f"mask_type must be one of {MASK_TYPES}, got {mask_type!r}.")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}.")
+    hparams.check_choice("mask_type", mask_type, MASK_TYPES)
+    hparams.check_choice("direction", direction, DIRECTIONS)
     centre = kernel_size // 2
     rows, cols = np.meshgrid(np.arange(kernel_size), np.arange(kernel_size), indexing="ij")
     before = (rows < centre) | ((rows == centre) & (cols < centre))

@@ -196,8 +196,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     Returns:
         An uncompiled ``keras.Model``; compile it with a sparse categorical cross-entropy.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}.")
+    hparams.check_choice("variant", variant, VARIANTS)
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
     if variant in PREDICTOR_VARIANTS:

@@ -2,6 +2,7 @@
 
 import keras
 
+from glomo_tf import hparams
 from glomo_tf.hparams import IMAGE_VARIANTS
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_predictor_2d import GraphPredictor2D
@@ -42,8 +43,7 @@ def build_image_classifier(input_shape, num_classes, variant="baseline", graph_p
     Returns:
         An uncompiled ``keras.Model`` from images to class probabilities.
     """
-    if variant not in IMAGE_VARIANTS:
-        raise ValueError(f"variant must be one of {IMAGE_VARIANTS}, got {variant!r}.")
+    hparams.check_choice("variant", variant, IMAGE_VARIANTS)
     if len(input_shape) != 3 or any(size is None for size in input_shape):
         raise ValueError(f"input_shape must be a known (height, width, channels), got "
                          f"{input_shape!r}: GlomoTransfer reshapes the pixels to units.")

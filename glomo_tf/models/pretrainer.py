@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf._keras_private import in_multi_worker_mode
 from glomo_tf.data.vocabulary import integer_ids
 from glomo_tf.hparams import DIRECTIONS, GRAPH_PREDICTOR, OBJECTIVES, PRETRAINER
@@ -84,8 +85,7 @@ class GlomoPretrainer(keras.Model):
             raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor, got "
                             f"{type(graph_predictor).__name__}; GlomoPretrainer.from_sizes("
                             "vocabulary_size, ...) builds one from sizes.")
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
+        hparams.check_choice("objective", objective, OBJECTIVES)
         if num_positions is not None and num_positions < 1:
             raise ValueError(f"num_positions must be >= 1 or None (all), got {num_positions}.")
         predictor = graph_predictor

@@ -108,8 +108,7 @@ class GlomoPretrainer2D(keras.Model):
                                             or target_channels < 1):
             raise ValueError(f"target_channels must be None (the images' channels) or an "
                              f"integer >= 1, got {target_channels!r}.")
-        if composition not in COMPOSITIONS:
-            raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}.")
+        hparams.check_choice("composition", composition, COMPOSITIONS)
         d = graph_predictor.hidden_dim
         hparams.check_heads_divide(d, graph_predictor.num_heads)
         self.graph_predictor = graph_predictor

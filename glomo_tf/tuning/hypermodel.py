@@ -269,8 +269,7 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, seed=0, ov
         executions_per_trial: int, models trained per trial (their objectives averaged).
         **kwargs: passed to the tuner.
     """
-    if kind not in TUNERS:
-        raise ValueError(f"kind must be one of {TUNERS}, got {kind!r}.")
+    hparams.check_choice("kind", kind, TUNERS)
     if not isinstance(max_trials, int) or max_trials < 1:
         raise ValueError(f"max_trials must be a positive int, got {max_trials!r}.")
     common = dict(objective=OBJECTIVE, seed=seed, directory=directory, project_name=project_name,

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.layers._common import compute_cast, masked_softmax, sequence_inputs
 
 CONTEXTS = ("lstm", "cnn")
@@ -79,8 +80,7 @@ class ContextualizedNonLocal(keras.layers.Layer):
     def __init__(self, units, num_layers=1, context="lstm", edge_dim=None, dropout=0.0,
                  return_graphs=False, **kwargs):
         super().__init__(**kwargs)
-        if context not in CONTEXTS:
-            raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}.")
+        hparams.check_choice("context", context, CONTEXTS)
         if int(units) < 1 or int(num_layers) < 1:
             raise ValueError(f"units and num_layers must be positive, got {units}, {num_layers}.")
         if not 0.0 <= float(dropout) < 1.0:

@@ -5,6 +5,7 @@ recursive cell."""
 import keras
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.layers._common import compute_cast, sequence_inputs
 
 
@@ -158,8 +159,7 @@ class OrderedMemory(keras.layers.Layer):
                 raise ValueError(f"{name} must be in [0, 1), got {rate}.")
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {attention!r}.")
-        if scorer not in SCORERS:
-            raise ValueError(f"scorer must be one of {SCORERS}, got {scorer!r}.")
+        hparams.check_choice("scorer", scorer, SCORERS)
         if dynamic_threshold is not None and not 0.0 < float(dynamic_threshold) < 1.0:
             raise ValueError("dynamic_threshold must be None or in (0, 1) (the paper uses 1e-5), "
                              f"got {dynamic_threshold}.")
