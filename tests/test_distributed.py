@@ -151,7 +151,8 @@ def test_glomo_pretrain_multi_worker_run(tmp_path):
     assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == [
         "ckpt-0000000002", "ckpt-0000000003", "latest"]
     assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "graph_predictor.keras",
-                                       "logs", "metrics.json", "pretrainer.keras", "tokenizer"]
+                                       "logs", "metrics.json", "preset", "pretrainer.keras",
+                                       "tokenizer"]
     worker_logs = [d for d in os.listdir(os.path.join(run, "logs")) if d.startswith(".worker-")]
     assert len(worker_logs) == 1
     # Both workers report the same (global-batch) validation loss.

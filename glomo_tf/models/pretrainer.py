@@ -34,8 +34,65 @@ class Perplexity(keras.metrics.Metric):
         return tf.exp(self.total / tf.maximum(self.count, 1.0))
 
 
+class ContextPretrainer(keras.Model):
+    """What :class:`GlomoPretrainer` and :class:`GlomoPretrainer2D` share: the positions decoded
+    each step, the loss and perplexity trackers, and ``fit``'s and ``evaluate``'s steps around
+    the subclass's ``context_loss(*args, training=..., **kwargs)``, which returns ``(loss, total
+    cross-entropy, number of predicted values)``; the subclass's ``_loss_inputs(data)`` turns a
+    batch into those ``(args, kwargs)``.
+
+    Args:
+        num_positions: int or None, positions decoded per step (None: every position).
+        seed: int or None, seed of the position sampling.
+    """
+
+    def __init__(self, num_positions=None, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if num_positions is not None and num_positions < 1:
+            raise ValueError(f"num_positions must be >= 1 or None (all), got {num_positions}.")
+        self.num_positions = num_positions
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.perplexity_tracker = Perplexity()
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.perplexity_tracker]
+
+    def sample_positions(self, length):
+        """The positions ``[S]`` of ``length`` whose contexts are decoded this step."""
+        return sample_positions(self.num_positions, length, self.seed_generator)
+
+    def train_step(self, data):
+        """One optimizer step on the loss, scaled for the replicas (:func:`replica_loss`)."""
+        args, kwargs = self._loss_inputs(data)
+        with tf.GradientTape() as tape:
+            loss, total_ce, total_units = self.context_loss(*args, training=True, **kwargs)
+            scaled = replica_loss(self, loss)
+        variables = self.trainable_variables
+        self.optimizer.apply(tape.gradient(scaled, variables), variables)
+        return self._update_metrics(loss, total_ce, total_units)
+
+    def test_step(self, data):
+        args, kwargs = self._loss_inputs(data)
+        return self._update_metrics(*self.context_loss(*args, training=False, **kwargs))
+
+    def _update_metrics(self, loss, total_ce, total_units):
+        self.loss_tracker.update_state(loss)
+        self.perplexity_tracker.update_state(total_ce, total_units)
+        results = {m.name: m.result() for m in self.metrics}
+        strategy = tf.distribute.get_strategy()
+        if (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+                and in_multi_worker_mode(strategy)):
+            # Keras reduces step outputs along axis 0, which fails on scalars across workers
+            # (tensorflow/tensorflow#72388): give them that axis.
+            results = {k: tf.reshape(v, [1]) for k, v in results.items()}
+        return results
+
+
 @keras.saving.register_keras_serializable(package="glomo_tf")
-class GlomoPretrainer(keras.Model):
+class GlomoPretrainer(ContextPretrainer):
     """The full GLoMo pretraining model: graph predictor, feature predictor and two decoders.
 
     Train it with ``compile()`` + ``fit()`` on a dataset of int token-id windows ``[batch, T]``
@@ -80,22 +137,18 @@ class GlomoPretrainer(keras.Model):
 
     def __init__(self, graph_predictor, context_length=3, decoder_layers=2, num_positions=20,
                  objective="unit", composition="gru", dropout=None, seed=None, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(num_positions=num_positions, seed=seed, **kwargs)
         if not isinstance(graph_predictor, GraphPredictor):
             raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor, got "
                             f"{type(graph_predictor).__name__}; GlomoPretrainer.from_sizes("
                             "vocabulary_size, ...) builds one from sizes.")
         hparams.check_choice("objective", objective, OBJECTIVES)
-        if num_positions is not None and num_positions < 1:
-            raise ValueError(f"num_positions must be >= 1 or None (all), got {num_positions}.")
         predictor = graph_predictor
         self.context_length = int(context_length)
         self.decoder_layers = int(decoder_layers)
-        self.num_positions = num_positions
         self.objective = objective
         self.composition = composition
         self.dropout = dropout
-        self.seed = seed
         self.graph_predictor = predictor
         self.feature_predictor = None if predictor.coupled else FeaturePredictor(
             predictor.hidden_dim, predictor.num_heads, composition=composition,
@@ -105,9 +158,6 @@ class GlomoPretrainer(keras.Model):
             ContextDecoder(predictor.hidden_dim, context_length, decoder_layers, direction,
                            decoder_dropout, dtype=self.dtype_policy, name=f"{direction}_decoder")
             for direction in DIRECTIONS]
-        self.seed_generator = keras.random.SeedGenerator(seed)
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.perplexity_tracker = Perplexity()
 
     @classmethod
     def from_sizes(cls, vocabulary_size, hidden_dim=GRAPH_PREDICTOR["hidden_dim"], seed=None,
@@ -140,10 +190,6 @@ class GlomoPretrainer(keras.Model):
     def build_from_config(self, config):
         self.build()  # the sizes are in the layers' configs; no input shape is needed
 
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.perplexity_tracker]
-
     # ------------------------------------------------------------------ forward
     def call(self, token_ids, training=False):
         """Graphs and features: a dict with ``graphs`` ``[B, 2, L, K, T, T]``, ``features``
@@ -154,10 +200,6 @@ class GlomoPretrainer(keras.Model):
             embedded = self.graph_predictor.embed(token_ids)
             out["features"] = self.feature_predictor(embedded, out["graphs"], out["padding_mask"])
         return out
-
-    def sample_positions(self, length):
-        """Start positions ``[S]`` of the decoded contexts for windows of ``length`` units."""
-        return sample_positions(self.num_positions, length, self.seed_generator)
 
     def context_loss(self, token_ids, training=False):
         """Returns ``(loss, total cross-entropy, number of predicted units)`` for a batch."""
@@ -214,25 +256,8 @@ class GlomoPretrainer(keras.Model):
         return pooled[:, None], tf.reshape(position, [1])
 
     # ------------------------------------------------------------------ fit / evaluate
-    def train_step(self, data):
-        token_ids = _ids_from_data(data)
-        return optimizer_step(self, lambda: self.context_loss(token_ids, training=True))
-
-    def test_step(self, data):
-        loss, total_ce, total_units = self.context_loss(_ids_from_data(data), training=False)
-        return self._update_metrics(loss, total_ce, total_units)
-
-    def _update_metrics(self, loss, total_ce, total_units):
-        self.loss_tracker.update_state(loss)
-        self.perplexity_tracker.update_state(total_ce, total_units)
-        results = {m.name: m.result() for m in self.metrics}
-        strategy = tf.distribute.get_strategy()
-        if (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and in_multi_worker_mode(strategy)):
-            # Keras reduces step outputs along axis 0, which fails on scalars across workers
-            # (tensorflow/tensorflow#72388): give them that axis.
-            results = {k: tf.reshape(v, [1]) for k, v in results.items()}
-        return results
+    def _loss_inputs(self, data):
+        return (_ids_from_data(data),), {}
 
     def get_config(self):
         config = super().get_config()
@@ -265,18 +290,6 @@ def context_cross_entropy(targets, logits):
     step's ``[B S D, V]`` logits."""
     return keras.losses.sparse_categorical_crossentropy(
         targets, tf.cast(logits, tf.float32), from_logits=True)
-
-
-def optimizer_step(model, context_loss):
-    """One training step of a pretrainer: ``context_loss()`` gives ``(loss, total
-    cross-entropy, units)``; the loss (scaled for the replicas, :func:`replica_loss`) is
-    differentiated and applied by the model's optimizer; returns the updated metrics."""
-    with tf.GradientTape() as tape:
-        loss, total_ce, total_units = context_loss()
-        scaled = replica_loss(model, loss)
-    variables = model.trainable_variables
-    model.optimizer.apply(tape.gradient(scaled, variables), variables)
-    return model._update_metrics(loss, total_ce, total_units)
 
 
 def sample_positions(num_positions, length, seed_generator):

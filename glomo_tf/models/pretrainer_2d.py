@@ -8,7 +8,7 @@ from glomo_tf.hparams import COMPOSITIONS, DIRECTIONS, GRAPH_PREDICTOR_2D, PRETR
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.graph_predictor_2d import GraphPredictor2D, image_units
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
-from glomo_tf.models.pretrainer import Perplexity, optimizer_step, sample_positions
+from glomo_tf.models.pretrainer import ContextPretrainer
 
 P2 = PRETRAINER_2D
 # GraphPredictor2D's arguments that GlomoPretrainer2D.from_sizes passes on.
@@ -35,7 +35,7 @@ def window_offsets(window, direction):
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
-class GlomoPretrainer2D(keras.Model):
+class GlomoPretrainer2D(ContextPretrainer):
     """GLoMo pretraining on unlabelled images: graph predictor, feature predictor, window heads.
 
     Train it with ``compile()`` + ``fit()`` on images ``[batch, H, W, C]`` with values in
@@ -94,7 +94,7 @@ class GlomoPretrainer2D(keras.Model):
     def __init__(self, graph_predictor, window=P2["window"], levels=P2["levels"],
                  num_positions=P2["num_positions"], feature_layers=P2["feature_layers"],
                  composition=P2["composition"], target_channels=None, seed=None, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(num_positions=num_positions, seed=seed, **kwargs)
         if not isinstance(graph_predictor, GraphPredictor2D):
             raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor2D, got "
                             f"{type(graph_predictor).__name__}.")
@@ -102,8 +102,6 @@ class GlomoPretrainer2D(keras.Model):
                                  ("feature_layers", feature_layers, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
-        if num_positions is not None and num_positions < 1:
-            raise ValueError(f"num_positions must be >= 1 or None (all), got {num_positions}.")
         if target_channels is not None and (not isinstance(target_channels, int)
                                             or target_channels < 1):
             raise ValueError(f"target_channels must be None (the images' channels) or an "
@@ -114,11 +112,9 @@ class GlomoPretrainer2D(keras.Model):
         self.graph_predictor = graph_predictor
         self.window = window
         self.levels = levels
-        self.num_positions = num_positions
         self.feature_layers = feature_layers
         self.composition = composition
         self.target_channels = target_channels
-        self.seed = seed
         self.feature_convs = [
             [MaskedConv2D(d, graph_predictor.kernel_size, "A" if i == 0 else "B", direction,
                           dtype=self.dtype_policy, name=f"{direction}_feature_conv{i}")
@@ -129,9 +125,6 @@ class GlomoPretrainer2D(keras.Model):
                                                   dtype=self.dtype_policy,
                                                   name="feature_predictor")
         self.heads = None  # built with the number of channels (build)
-        self.seed_generator = keras.random.SeedGenerator(seed)
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.perplexity_tracker = Perplexity()
 
     @classmethod
     def from_sizes(cls, hidden_dim=GRAPH_PREDICTOR_2D["hidden_dim"], seed=None, **kwargs):
@@ -166,10 +159,6 @@ class GlomoPretrainer2D(keras.Model):
             head.build((None, None, d))
         self.built = True
 
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.perplexity_tracker]
-
     # ------------------------------------------------------------------ forward
     def call(self, images, training=False):
         """Graphs and features: a dict with ``graphs`` ``[B, 2, L, K, T, T]``, ``features``
@@ -186,10 +175,6 @@ class GlomoPretrainer2D(keras.Model):
         for i, conv in enumerate(self.feature_convs[direction]):
             x = conv(tf.nn.relu(x) if i else x)
         return x
-
-    def sample_positions(self, length):
-        """The pixels ``[S]`` (raster indices) whose windows are predicted this step."""
-        return sample_positions(self.num_positions, length, self.seed_generator)
 
     def window_targets(self, levels, positions, direction):
         """Targets and weights of one direction's windows at ``positions``.
@@ -251,20 +236,9 @@ class GlomoPretrainer2D(keras.Model):
         return 0.5 * (losses[0] + losses[1]), total_ce, total_values
 
     # ------------------------------------------------------------------ fit / evaluate
-    def train_step(self, data):
+    def _loss_inputs(self, data):
         images, targets = _images_from_data(data)
-        return optimizer_step(
-            self, lambda: self.context_loss(images, training=True, targets=targets))
-
-    def test_step(self, data):
-        images, targets = _images_from_data(data)
-        loss, total_ce, total_values = self.context_loss(images, training=False, targets=targets)
-        return self._update_metrics(loss, total_ce, total_values)
-
-    def _update_metrics(self, loss, total_ce, total_values):
-        self.loss_tracker.update_state(loss)
-        self.perplexity_tracker.update_state(total_ce, total_values)
-        return {m.name: m.result() for m in self.metrics}
+        return (images,), {"targets": targets}
 
     def get_config(self):
         config = super().get_config()
