@@ -1524,6 +1524,47 @@ def test_squad_own_predictor_paragraph_comes_from_its_json():
                                             "runs/squad/transfer_own")
 
 
+def test_squad_own_predictor_replication_comes_from_its_json():
+    """The pre-registered replication (seeds 5-9, the same settings): its means and the paired
+    margins alone and pooled with seeds 0-4, recomputed from the runs."""
+    from glomo_tf import evaluation
+
+    text = " ".join(page("docs/results/where-graphs-pay.md").split())
+    recorded = load("squad_own_predictor.json")
+    part = recorded["replication"]
+    runs = part["runs"]
+    assert part["seeds_done"] == [5, 6, 7, 8, 9]
+    assert sorted((r["variant"], r["seed"]) for r in runs) == sorted(
+        (v, s) for v in ("glomo_rnn", "uniform_rnn") for s in range(5, 10))
+    assert recorded["commands"][3] == recorded["commands"][2].replace(
+        "--seeds 0 1 2 3 4", "--seeds 5 6 7 8 9").replace(
+        "runs/squad/transfer_own", "runs/squad/transfer_own_replication")
+
+    def margin(these, metric, name):
+        result = evaluation.paired_comparison(
+            evaluation.per_seed_accuracy(these, "glomo_rnn", metric),
+            evaluation.per_seed_accuracy(these, "uniform_rnn", metric))
+        assert result == part[name][metric]["glomo_rnn - uniform_rnn"]
+        tie = f" / {result['ties']}" if result["ties"] else ""
+        label = "exact match" if metric == "exact_match" else "F1"
+        p = f"{result['p']:.3f}" if result["p"] < 0.01 else f"{result['p']:.2f}"
+        return (f"{100 * result['mean_difference']:+.2f} {label} ({result['wins']}{tie} / "
+                f"{result['losses']} seeds, p {p})")
+
+    def mean(variant, metric):
+        return 100 * sum(r[metric] for r in runs if r["variant"] == variant) / 5
+
+    figure = (f"`glomo_rnn` {mean('glomo_rnn', 'exact_match'):.2f} / {mean('glomo_rnn', 'f1'):.2f},"
+              f" `uniform_rnn` {mean('uniform_rnn', 'exact_match'):.2f} / "
+              f"{mean('uniform_rnn', 'f1'):.2f}; the learned graphs "
+              f"{margin(runs, 'exact_match', 'alone')} and {margin(runs, 'f1', 'alone')}")
+    assert figure in text, f"page lacks: {figure}"
+    pooled = recorded["runs"] + runs
+    figure = (f"All 10 seeds pooled: {margin(pooled, 'exact_match', 'pooled')} and "
+              f"{margin(pooled, 'f1', 'pooled')}")
+    assert figure in text, f"page lacks: {figure}"
+
+
 def test_reader_step_costs_come_from_the_benchmark():
     """The SQuAD reader's step costs: every round's ratio to the baseline's step, the medians and
     the cache fill, from benchmarks/outputs/reader_epoch.json."""
