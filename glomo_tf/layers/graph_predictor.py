@@ -395,7 +395,7 @@ def graph_predictor(*args, coupled=False, composition="gru", momentum=None, epsi
     >>> type(predictor).__name__, predictor.scorer.live_row_regularizer.weight
     ('CoupledGraphPredictor', 0.5)
     """
-    # checked here too: the settings' feature composition
+    # Only a coupled predictor takes the composition; it is checked for either kind.
     hparams.check_choice("composition", composition, COMPOSITIONS)
     kwargs = flat_settings(kwargs)
     if coupled:

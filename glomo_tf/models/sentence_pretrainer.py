@@ -5,6 +5,7 @@ Global-to-Local, as a ``keras.Model`` with ``fit()``."""
 import keras
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.data.sentences import corrupt
 from glomo_tf.hparams import (G2L_REDUCTIONS, SENTENCE_ENCODER, SENTENCE_NEIGHBOURS,
                               SENTENCE_OBJECTIVES, SENTENCE_PRETRAINER)
@@ -109,9 +110,7 @@ class SentencePretrainer(keras.Model):
         if objectives_per_batch is not None and not 1 <= objectives_per_batch:
             raise ValueError(f"objectives_per_batch must be >= 1 or None (all), got "
                              f"{objectives_per_batch}.")
-        if neighbours not in SENTENCE_NEIGHBOURS:
-            raise ValueError(f"neighbours must be one of {SENTENCE_NEIGHBOURS}, got "
-                             f"{neighbours!r}.")
+        hparams.check_choice("neighbours", neighbours, SENTENCE_NEIGHBOURS)
         if not 2 <= mask_token_id < vocabulary_size:
             raise ValueError(f"mask_token_id must be an id of the vocabulary other than <pad> and "
                              f"<unk> (2..{vocabulary_size - 1}), got {mask_token_id}.")
@@ -120,9 +119,7 @@ class SentencePretrainer(keras.Model):
             raise ValueError("select_rate must be in [0, 1] and mask_rate + random_rate <= 1.")
         if l2_weight < 0 or shuffle_window < 0 or cnn_kernel_size < 1:
             raise ValueError("l2_weight and shuffle_window must be >= 0, cnn_kernel_size >= 1.")
-        if g2l_reduction not in G2L_REDUCTIONS:
-            raise ValueError(f"g2l_reduction must be one of {G2L_REDUCTIONS}, got "
-                             f"{g2l_reduction!r}.")
+        hparams.check_choice("g2l_reduction", g2l_reduction, G2L_REDUCTIONS)
         if isinstance(graph_predictor, dict):
             graph_predictor = keras.saving.deserialize_keras_object(graph_predictor)
         if graph_predictor is not None and not isinstance(graph_predictor, GraphPredictor):

@@ -157,8 +157,7 @@ class OrderedMemory(keras.layers.Layer):
         for name, rate in rates.items():
             if not 0.0 <= float(rate) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate}.")
-        if attention not in ATTENTIONS:
-            raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {attention!r}.")
+        hparams.check_choice("attention", attention, tuple(ATTENTIONS))
         hparams.check_choice("scorer", scorer, SCORERS)
         if dynamic_threshold is not None and not 0.0 < float(dynamic_threshold) < 1.0:
             raise ValueError("dynamic_threshold must be None or in (0, 1) (the paper uses 1e-5), "
