@@ -39,8 +39,7 @@ setup(
     python_requires=">=3.10,<3.14",
     packages=find_packages(include=["glomo_tf", "glomo_tf.*"]),
     # The built-in presets (glomo_tf.list_presets()): weights, configs, tokenizers, model cards.
-    package_data={"glomo_tf": ["builtin_presets/*/*.*", "builtin_presets/*/assets/tokenizer/*",
-                               "serving/protos/*.proto"]},
+    package_data={"glomo_tf": ["builtin_presets/*/*.*", "builtin_presets/*/assets/tokenizer/*"]},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["glomo=glomo_tf.cli:main"]},

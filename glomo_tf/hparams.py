@@ -6,6 +6,8 @@ line can build its parsers from it and stay fast. ``tests/test_hparams.py`` chec
 constructors' signatures against these defaults.
 """
 
+import numbers
+
 DIRECTIONS = ("forward", "backward")
 
 # GraphPredictor: how a query's scores are thresholded and normalised into a graph row (Eq. 1).
@@ -64,6 +66,38 @@ def check_choice(name, value, choices):
     """
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+
+
+def check_positive(**values):
+    """The values as ints, in the order given; ``ValueError`` naming the first argument that is
+    not a positive integer (a bool is not one).
+
+    >>> check_positive(units=128, num_slots=12)
+    (128, 12)
+    >>> check_positive(units=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: units must be a positive integer, got 0.
+    """
+    for name, value in values.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return tuple(int(value) for value in values.values())
+
+
+def check_rates(**values):
+    """The values as floats, in the order given; ``ValueError`` naming the first argument that
+    is not a rate in ``[0, 1)`` (a dropout rate).
+
+    >>> check_rates(input_dropout=0.1, output_dropout=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: output_dropout must be in [0, 1), got 1.0.
+    """
+    for name, value in values.items():
+        if not 0.0 <= float(value) < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
+    return tuple(float(value) for value in values.values())
 
 
 def check_entmax_alpha(alpha, name="entmax_alpha", softmax="softmax (normalization='softmax')"):

@@ -92,3 +92,27 @@ def test_bad_values_are_refused_with_the_choices():
             graph_predictor(10, 8, num_heads=2, **{name: choice})
     with pytest.raises(ValueError, match=r"--hidden-dim \(10\) must be divisible by --heads"):
         hparams.check_heads_divide(10, 3, ("--hidden-dim", "--heads"))
+
+
+def test_the_argument_checks_name_the_argument_and_return_the_values():
+    """``check_positive`` / ``check_rates`` / ``check_choice``: the values back in the order given
+    (as ints / floats), the first bad one named in the error; their docstring examples run."""
+    import doctest
+
+    import numpy as np
+    import pytest
+
+    assert hparams.check_positive(units=np.int64(3), num_slots=12) == (3, 12)
+    assert all(type(v) is int for v in hparams.check_positive(a=np.int64(3), b=1))
+    for bad in (0, -2, 1.5, True, "4", None):
+        with pytest.raises(ValueError, match=r"^num_slots must be a positive integer, got "):
+            hparams.check_positive(units=4, num_slots=bad)
+    assert hparams.check_rates(a=0, b=0.5) == (0.0, 0.5)
+    for bad in (-0.1, 1.0, 2):
+        with pytest.raises(ValueError, match=r"^b must be in \[0, 1\), got "):
+            hparams.check_rates(a=0.1, b=bad)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in doctest.DocTestFinder().find(hparams):
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted >= 4 and result.failed == 0

@@ -2,6 +2,7 @@
 :class:`glomo_tf.serving.server.ModelServer` until SIGTERM or Ctrl-C."""
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -9,6 +10,7 @@ import sys
 import threading
 
 from glomo_tf.cli.common import HelpFormatter, UsageError
+from glomo_tf.serving.limits import RequestLimits
 from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, ModelServer,
                                      parse_batching_parameters)
 
@@ -26,62 +28,63 @@ def _bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+# tensorflow_model_server's flags, listed as its main.cc lists them: (flag, type, default, help).
+_MODEL_FLAGS = (
+    ("port", int, 8500, "gRPC port"),
+    ("rest_api_port", int, 8501, "REST port (0 turns the REST API off)"),
+    ("host", str, "127.0.0.1", "address to bind (0.0.0.0 for every interface)"),
+    ("model_name", str, "default", "name of the model in requests"),
+    ("model_base_path", str, None, "directory holding the numeric version directories"),
+    ("model_config_file", str, None,
+     "ModelServerConfig text proto (model_config_list) for several models"),
+    ("model_config_file_poll_wait_seconds", float, 0,
+     "re-read --model_config_file this often (0: never)"),
+    ("file_system_poll_wait_seconds", float, 1,
+     "seconds between scans for new model versions (0: never)"),
+    ("saved_model_tags", str, "serve", "comma-separated MetaGraph tags to load"),
+    ("max_num_load_retries", int, 5, "retries for a version that fails to load"),
+    ("enable_batching", _bool, True,
+     "merge concurrent requests into batches (where outputs allow it)"),
+    ("batching_parameters_file", str, None,
+     "BatchingParameters text proto (max_batch_size, batch_timeout_micros, num_batch_threads, "
+     "max_enqueued_batches)"),
+)
+_REQUEST_FLAGS = (
+    ("rest_api_timeout_in_ms", int, 30000, "how long a REST request may wait for its batch"),
+    ("rest_api_enable_cors_support", _bool, False, "send CORS headers"),
+    ("grpc_max_threads", int, 16, "gRPC calls converting their tensors at once"),
+    ("rest_api_num_threads", int, 4, "REST requests read and decoded at once (TF Serving's flag)"),
+    ("max_queued_requests", int, 16,
+     "requests that may wait for a turn, per API; one more is refused with 503 / UNAVAILABLE"),
+    ("rest_api_max_connections", int, 64,
+     "open REST connections; one more is answered 503 and closed"),
+)
+
+
+def _add_flags(parser, flags):
+    for name, kind, default, help in flags:
+        switch = {"nargs": "?", "const": True} if kind is _bool else {}
+        parser.add_argument(f"--{name}", type=kind, default=default, help=help, **switch)
+
+
 def register(subparsers):
     p = subparsers.add_parser(
         "serve", help="serve SavedModels over TF Serving's REST and gRPC APIs",
         description=DESCRIPTION + " Flags follow tensorflow_model_server's; "
         "both --flag=value and --flag value work.",
         formatter_class=HelpFormatter)
-    p.add_argument("--port", type=int, default=8500, help="gRPC port")
-    p.add_argument("--rest_api_port", type=int, default=8501,
-                   help="REST port (0 turns the REST API off)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (0.0.0.0 for every interface)")
-    p.add_argument("--model_name", default="default", help="name of the model in requests")
-    p.add_argument("--model_base_path", help="directory holding the numeric version directories")
-    p.add_argument("--model_config_file",
-                   help="ModelServerConfig text proto (model_config_list) for several models")
-    p.add_argument("--model_config_file_poll_wait_seconds", type=float, default=0,
-                   help="re-read --model_config_file this often (0: never)")
-    p.add_argument("--file_system_poll_wait_seconds", type=float, default=1,
-                   help="seconds between scans for new model versions (0: never)")
-    p.add_argument("--saved_model_tags", default="serve",
-                   help="comma-separated MetaGraph tags to load")
-    p.add_argument("--max_num_load_retries", type=int, default=5,
-                   help="retries for a version that fails to load")
-    p.add_argument("--enable_batching", type=_bool, nargs="?", const=True, default=True,
-                   help="merge concurrent requests into batches (where outputs allow it)")
-    p.add_argument("--batching_parameters_file",
-                   help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, "
-                        "num_batch_threads, max_enqueued_batches)")
+    _add_flags(p, _MODEL_FLAGS)
     for field, default in DEFAULT_BATCHING.items():
         p.add_argument(f"--{field}", type=int, default=None,
                        help=f"batching {field.replace('_', ' ')} (overrides the batching "
                             f"parameters file; default {default})")
-    p.add_argument("--rest_api_timeout_in_ms", type=int, default=30000,
-                   help="how long a REST request may wait for its batch")
-    p.add_argument("--rest_api_enable_cors_support", type=_bool, nargs="?", const=True,
-                   default=False, help="send CORS headers")
-    p.add_argument("--grpc_max_threads", type=int, default=16,
-                   help="gRPC calls converting their tensors at once")
-    p.add_argument("--rest_api_num_threads", type=int, default=4,
-                   help="REST requests read and decoded at once (TF Serving's flag)")
-    p.add_argument("--max_queued_requests", type=int, default=16,
-                   help="requests that may wait for a turn, per API; one more is refused with "
-                        "503 / UNAVAILABLE")
-    p.add_argument("--rest_api_max_connections", type=int, default=64,
-                   help="open REST connections; one more is answered 503 and closed")
+    _add_flags(p, _REQUEST_FLAGS)
     limits = p.add_argument_group(
         "request limits (checked before any array is built; over a limit: 413 / "
         "RESOURCE_EXHAUSTED, 400 / INVALID_ARGUMENT for --max_request_rank)")
-    limits.add_argument("--max_request_bytes", type=int, default=64 << 20,
-                        help="largest REST body / gRPC message accepted")
-    limits.add_argument("--max_request_elements", type=int, default=1 << 22,
-                        help="most tensor elements in one request, over all its inputs")
-    limits.add_argument("--max_request_rank", type=int, default=32,
-                        help="most dimensions of a request tensor (JSON list nesting)")
-    limits.add_argument("--max_text_bytes", type=int, default=1 << 20,
-                        help="largest string element of a request, in UTF-8 bytes")
+    for field in dataclasses.fields(RequestLimits):
+        limits.add_argument(f"--{field.name}", type=int, default=field.default,
+                            help=field.metadata["help"])
     p.add_argument("--monitoring_config_file",
                    help="MonitoringConfig text proto; prometheus_config { enable: true } serves "
                         "Prometheus metrics on the REST port (serving/monitoring.config)")

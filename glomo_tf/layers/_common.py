@@ -115,3 +115,10 @@ def serialize_initializer(initializer):
     import keras
 
     return None if initializer is None else keras.initializers.serialize(initializer)
+
+
+def loaded_by_parent(layer, store):
+    """Whether ``layer``'s variables were already loaded by the :class:`~glomo_tf.GraphPredictor`
+    that owns it: a file of earlier versions kept every weight in the predictor (see its
+    ``load_own_variables``) and leaves this layer's own entry empty."""
+    return getattr(layer, "_loaded_by_parent", False) and not len(store.keys())

@@ -123,7 +123,11 @@ class ContextDecoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"hidden_dim": self.hidden_dim, "context_length": self.context_length,
-                       "num_layers": self.num_layers, "direction": self.direction,
-                       "dropout": self.dropout})
+        config.update({
+            "hidden_dim": self.hidden_dim,
+            "context_length": self.context_length,
+            "num_layers": self.num_layers,
+            "direction": self.direction,
+            "dropout": self.dropout,
+        })
         return config

@@ -3,8 +3,9 @@
 import keras
 import tensorflow as tf
 
-from glomo_tf.layers._common import (compute_cast, fresh_initializer, serialize_initializer,
-                                      time_slice)
+from glomo_tf import hparams
+from glomo_tf.layers._common import (compute_cast, fresh_initializer, loaded_by_parent,
+                                      serialize_initializer, time_slice)
 
 # Added to the variance in the batch norm (the reference code's, PyTorch's default).
 BATCH_NORM_EPSILON = 1e-5
@@ -102,8 +103,7 @@ class CausalConvEncoder(keras.layers.Layer):
         if conv_layers < 0 or kernel_size < 1:
             raise ValueError(f"conv_layers must be >= 0 and kernel_size >= 1, got {conv_layers} "
                              f"and {kernel_size}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
+        hparams.check_rates(dropout=dropout)
         self.stacks = int(stacks)
         self.conv_layers = int(conv_layers)
         self.kernel_size = int(kernel_size)
@@ -216,9 +216,8 @@ class CausalConvEncoder(keras.layers.Layer):
         return [tuple(inputs_shape)] * self.stacks
 
     def load_own_variables(self, store):
-        if getattr(self, "_loaded_by_parent", False) and not len(store.keys()):
-            return  # a GraphPredictor file of earlier versions: the predictor loaded them
-        super().load_own_variables(store)
+        if not loaded_by_parent(self, store):
+            super().load_own_variables(store)
 
     def get_config(self):
         config = super().get_config()

@@ -6,7 +6,7 @@ import tensorflow as tf
 from glomo_tf import hparams, ops
 from glomo_tf.layers.graph_input import GraphInput, shape_of
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
-from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.layers.graph_predictor import GraphPredictor, optional_graph_predictor
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -102,13 +102,7 @@ class GlomoTransfer(keras.layers.Layer):
                  fused_normalization=False, **kwargs):
         super().__init__(**kwargs)
         hparams.check_choice("graph_mode", graph_mode, GRAPH_MODES)
-        if isinstance(graph_predictor, dict):
-            graph_predictor = keras.saving.deserialize_keras_object(graph_predictor)
-        if graph_predictor is not None and not isinstance(graph_predictor, GraphPredictor):
-            raise TypeError(
-                "graph_predictor must be a glomo_tf.GraphPredictor (for example "
-                "`pretrainer.graph_predictor` or `glomo_tf.load_graph_predictor(path)`), got "
-                f"{type(graph_predictor).__name__}.")
+        graph_predictor = optional_graph_predictor(graph_predictor)
         self.graph_predictor = graph_predictor
         self.fine_tune = bool(fine_tune)
         if graph_predictor is not None and not self.fine_tune:

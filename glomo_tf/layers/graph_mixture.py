@@ -425,9 +425,13 @@ class GraphMixture(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"num_mixtures": self.num_mixtures, "conditioned": self.conditioned,
-                       "include_products": self.include_products, "graph_mode": self.graph_mode,
-                       "propagation": self.propagation})
+        config.update({
+            "num_mixtures": self.num_mixtures,
+            "conditioned": self.conditioned,
+            "include_products": self.include_products,
+            "graph_mode": self.graph_mode,
+            "propagation": self.propagation,
+        })
         return config
 
 

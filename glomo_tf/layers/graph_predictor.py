@@ -1,7 +1,5 @@
 """The GLoMo graph predictor ``g``: token embeddings, causal CNNs, and Eq. 1's multi-head graphs."""
 
-import numbers
-
 import keras
 import tensorflow as tf
 
@@ -134,10 +132,10 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_positive(vocabulary_size=vocabulary_size, hidden_dim=hidden_dim,
-                        num_layers=num_layers, num_heads=num_heads, kernel_size=kernel_size)
+        hparams.check_positive(vocabulary_size=vocabulary_size, hidden_dim=hidden_dim,
+                               num_layers=num_layers, num_heads=num_heads, kernel_size=kernel_size)
         if head_dim is not None:
-            _check_positive(head_dim=head_dim)
+            hparams.check_positive(head_dim=head_dim)
         if conv_layers < 0:
             raise ValueError(f"conv_layers must be >= 0, got {conv_layers}.")
         self.vocabulary_size = int(vocabulary_size)
@@ -409,6 +407,19 @@ def graph_predictor(*args, coupled=False, composition="gru", momentum=None, epsi
     return predictor
 
 
+def optional_graph_predictor(value):
+    """A layer's ``graph_predictor`` argument checked: None, a :class:`GraphPredictor`, or the
+    serialized predictor that the layer's ``get_config`` wrote (deserialized here)."""
+    if isinstance(value, dict):
+        value = keras.saving.deserialize_keras_object(value)
+    if value is not None and not isinstance(value, GraphPredictor):
+        raise TypeError(
+            "graph_predictor must be a glomo_tf.GraphPredictor (for example "
+            "`pretrainer.graph_predictor` or `glomo_tf.load_graph_predictor(path)`) or None, got "
+            f"{type(value).__name__}.")
+    return value
+
+
 def flat_settings(settings):
     """Layer arguments from flat settings: ``live_row_weight`` (0: none) and ``live_row_margin``
     become a :class:`LiveRowHinge` ``live_row_regularizer``, ``initial_threshold`` the
@@ -432,8 +443,3 @@ def _queries_keys(stacks):
     queries = tf.stack([stacks[_FW_QUERY], stacks[_BW_QUERY]], axis=1)
     return queries, keys
 
-
-def _check_positive(**values):
-    for name, value in values.items():
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")

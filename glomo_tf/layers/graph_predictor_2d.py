@@ -7,7 +7,7 @@ import random
 
 from glomo_tf import hparams, ops
 from glomo_tf.layers.conv_encoder import BATCH_NORM_EPSILON
-from glomo_tf.layers.graph_predictor import _check_positive, flat_settings
+from glomo_tf.layers.graph_predictor import flat_settings
 from glomo_tf.layers.graph_scorer import ScorerSettings
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
 
@@ -121,8 +121,8 @@ class GraphPredictor2D(ScorerSettings, keras.layers.Layer):
                  threshold_initializer=D2["initial_threshold"], kernel_regularizer=None,
                  live_row_regularizer=None, **kwargs):
         super().__init__(**kwargs)
-        _check_positive(hidden_dim=hidden_dim, num_layers=num_layers, num_heads=num_heads,
-                        conv_layers=conv_layers, kernel_size=kernel_size)
+        hparams.check_positive(hidden_dim=hidden_dim, num_layers=num_layers, num_heads=num_heads,
+                               conv_layers=conv_layers, kernel_size=kernel_size)
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (a centred masked kernel), got "
                              f"{kernel_size}.")

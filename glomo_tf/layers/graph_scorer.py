@@ -6,7 +6,7 @@ import tensorflow as tf
 from glomo_tf import hparams, ops
 from glomo_tf.hparams import NORMALIZATIONS, THRESHOLDS
 from glomo_tf.layers._common import (compute_cast, direction_rows, fresh_initializer,
-                                      serialize_initializer)
+                                      loaded_by_parent, serialize_initializer)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -325,13 +325,12 @@ class GraphScorer(keras.layers.Layer):
         :class:`~glomo_tf.GraphPredictor2D`, in a scorer that also held an unused one-row
         embedding table first (skipped here)."""
         own = len(self._trainable_variables + self._non_trainable_variables)
-        if getattr(self, "_loaded_by_parent", False) and not len(store.keys()):
+        if loaded_by_parent(self, store):
             return
-        if len(store.keys()) == own + 1:
-            for i, variable in enumerate(self._trainable_variables):
-                variable.assign(store[f"{i + 1}"])
-            return
-        super().load_own_variables(store)
+        if len(store.keys()) != own + 1:
+            return super().load_own_variables(store)
+        for i, variable in enumerate(self._trainable_variables):
+            variable.assign(store[f"{i + 1}"])
 
     def get_config(self):
         config = super().get_config()

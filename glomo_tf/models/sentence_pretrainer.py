@@ -9,7 +9,7 @@ from glomo_tf import hparams
 from glomo_tf.data.sentences import corrupt
 from glomo_tf.hparams import (G2L_REDUCTIONS, SENTENCE_ENCODER, SENTENCE_NEIGHBOURS,
                               SENTENCE_OBJECTIVES, SENTENCE_PRETRAINER)
-from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.layers.graph_predictor import optional_graph_predictor
 from glomo_tf.layers.related.sentence_encoder import SentenceEncoder
 from glomo_tf.models.pretrainer import replica_loss
 
@@ -120,11 +120,7 @@ class SentencePretrainer(keras.Model):
         if l2_weight < 0 or shuffle_window < 0 or cnn_kernel_size < 1:
             raise ValueError("l2_weight and shuffle_window must be >= 0, cnn_kernel_size >= 1.")
         hparams.check_choice("g2l_reduction", g2l_reduction, G2L_REDUCTIONS)
-        if isinstance(graph_predictor, dict):
-            graph_predictor = keras.saving.deserialize_keras_object(graph_predictor)
-        if graph_predictor is not None and not isinstance(graph_predictor, GraphPredictor):
-            raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor or None, got "
-                            f"{type(graph_predictor).__name__}.")
+        graph_predictor = optional_graph_predictor(graph_predictor)
         self.vocabulary_size = int(vocabulary_size)
         self.mask_token_id = int(mask_token_id)
         self.embedding_dim = int(embedding_dim)

@@ -21,11 +21,11 @@ import time
 
 from glomo_tf.serving.errors import ServingError, invalid
 
-# Flags of ``glomo serve`` -> RequestLimits fields (the error messages name the flag).
-LIMIT_FLAGS = {"max_request_bytes": "--max_request_bytes",
-               "max_request_elements": "--max_request_elements",
-               "max_request_rank": "--max_request_rank",
-               "max_text_bytes": "--max_text_bytes"}
+
+def _limit(default, help):
+    """A :class:`RequestLimits` field; ``glomo serve`` makes it the flag ``--<field name>`` with
+    this default and help (the error messages name that flag)."""
+    return dataclasses.field(default=default, metadata={"help": help})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,16 +40,17 @@ class RequestLimits:
         max_text_bytes: largest string element (UTF-8 bytes), e.g. one text to tokenise.
     """
 
-    max_request_bytes: int = 64 << 20
-    max_request_elements: int = 1 << 22
-    max_request_rank: int = 32
-    max_text_bytes: int = 1 << 20
+    max_request_bytes: int = _limit(64 << 20, "largest REST body / gRPC message accepted")
+    max_request_elements: int = _limit(
+        1 << 22, "most tensor elements in one request, over all its inputs")
+    max_request_rank: int = _limit(32, "most dimensions of a request tensor (JSON list nesting)")
+    max_text_bytes: int = _limit(1 << 20, "largest string element of a request, in UTF-8 bytes")
 
     def __post_init__(self):
-        for field, flag in LIMIT_FLAGS.items():
-            value = getattr(self, field)
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+                raise ValueError(f"--{field.name} must be a positive integer, got {value!r}")
         if self.max_request_rank > 64:
             raise ValueError(f"--max_request_rank must be at most 64 (NumPy's limit), got "
                              f"{self.max_request_rank}")

@@ -81,10 +81,8 @@ class ContextualizedNonLocal(keras.layers.Layer):
                  return_graphs=False, **kwargs):
         super().__init__(**kwargs)
         hparams.check_choice("context", context, CONTEXTS)
-        if int(units) < 1 or int(num_layers) < 1:
-            raise ValueError(f"units and num_layers must be positive, got {units}, {num_layers}.")
-        if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
+        hparams.check_positive(units=units, num_layers=num_layers)
+        hparams.check_rates(dropout=dropout)
         self.units = int(units)
         self.num_layers = int(num_layers)
         self.context = context

@@ -149,25 +149,16 @@ class OrderedMemory(keras.layers.Layer):
                  return_attention=False, attention="stick_breaking", dynamic_threshold=None,
                  scorer="tanh", **kwargs):
         super().__init__(**kwargs)
-        if int(units) < 1 or int(num_slots) < 1:
-            raise ValueError(f"units and num_slots must be positive integers, got {units} and "
-                             f"{num_slots}.")
-        rates = {"input_dropout": input_dropout, "hidden_dropout": hidden_dropout,
-                 "attention_dropout": attention_dropout, "output_dropout": output_dropout}
-        for name, rate in rates.items():
-            if not 0.0 <= float(rate) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {rate}.")
+        self.units, self.num_slots = hparams.check_positive(units=units, num_slots=num_slots)
+        (self.input_dropout, self.hidden_dropout, self.attention_dropout,
+         self.output_dropout) = hparams.check_rates(
+            input_dropout=input_dropout, hidden_dropout=hidden_dropout,
+            attention_dropout=attention_dropout, output_dropout=output_dropout)
         hparams.check_choice("attention", attention, tuple(ATTENTIONS))
         hparams.check_choice("scorer", scorer, SCORERS)
         if dynamic_threshold is not None and not 0.0 < float(dynamic_threshold) < 1.0:
             raise ValueError("dynamic_threshold must be None or in (0, 1) (the paper uses 1e-5), "
                              f"got {dynamic_threshold}.")
-        self.units = int(units)
-        self.num_slots = int(num_slots)
-        self.input_dropout = float(input_dropout)
-        self.hidden_dropout = float(hidden_dropout)
-        self.attention_dropout = float(attention_dropout)
-        self.output_dropout = float(output_dropout)
         self.return_sequences = bool(return_sequences)
         self.return_attention = bool(return_attention)
         self.attention = attention

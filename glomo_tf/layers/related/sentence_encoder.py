@@ -4,9 +4,10 @@ self-supervised objectives of the thesis' chapter 3 (Section 3.2.2), optionally 
 import keras
 import tensorflow as tf
 
+from glomo_tf import hparams
 from glomo_tf.hparams import SENTENCE_ENCODER
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
-from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.layers.graph_predictor import optional_graph_predictor
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -67,26 +68,16 @@ class SentenceEncoder(keras.layers.Layer):
                  num_mixtures=1, fine_tune=False, return_sequences=False,
                  embeddings_initializer="uniform", **kwargs):
         super().__init__(**kwargs)
-        for name, value in (("vocabulary_size", vocabulary_size),
-                            ("embedding_dim", embedding_dim), ("units", units),
-                            ("num_mixtures", num_mixtures)):
-            if int(value) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value}.")
-        if isinstance(graph_predictor, dict):
-            graph_predictor = keras.saving.deserialize_keras_object(graph_predictor)
-        if graph_predictor is not None and not isinstance(graph_predictor, GraphPredictor):
-            raise TypeError("graph_predictor must be a glomo_tf.GraphPredictor (e.g. "
-                            "glomo_tf.load_graph_predictor(path)) or None, got "
-                            f"{type(graph_predictor).__name__}.")
+        (self.vocabulary_size, self.embedding_dim, self.units,
+         self.num_mixtures) = hparams.check_positive(
+            vocabulary_size=vocabulary_size, embedding_dim=embedding_dim, units=units,
+            num_mixtures=num_mixtures)
+        graph_predictor = optional_graph_predictor(graph_predictor)
         if graph_predictor is not None and graph_predictor.vocabulary_size > vocabulary_size:
             raise ValueError(
                 f"the graph predictor reads {graph_predictor.vocabulary_size} ids but the encoder "
                 f"only {vocabulary_size}: the encoder's vocabulary must be the predictor's run's "
                 "tokenizer (with [MASK] appended, or not).")
-        self.vocabulary_size = int(vocabulary_size)
-        self.embedding_dim = int(embedding_dim)
-        self.units = int(units)
-        self.num_mixtures = int(num_mixtures)
         self.fine_tune = bool(fine_tune)
         self.return_sequences = bool(return_sequences)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)

@@ -3,11 +3,12 @@
 (``--batching_parameters_file``), parsed with protobuf's ``text_format`` so that every field and
 error is TF Serving's own.
 
-The ``.proto`` files are TF Serving's, unchanged below their licence header; the ``_pb2``
-modules are generated from them (protoc 31.1, the ``grpcio-tools==1.74.0`` wheel), TensorFlow's
-own descriptors standing in for the imports::
+The ``.proto`` files are TF Serving's (Apache 2.0), unchanged below their licence header, in the
+repository's ``third_party/tensorflow_serving/``; the ``_pb2`` modules are generated from them
+(protoc 31.1, the ``grpcio-tools==1.74.0`` wheel, run in ``third_party/``), TensorFlow's own
+descriptors standing in for the imports::
 
-    python -m grpc_tools.protoc --descriptor_set_in=deps.pb -I. --python_out=. \\
+    cd third_party && python -m grpc_tools.protoc --descriptor_set_in=deps.pb -I. --python_out=. \\
         tensorflow_serving/config/monitoring_config.proto \\
         tensorflow_serving/servables/tensorflow/session_bundle_config.proto
 
