@@ -19,8 +19,11 @@ Recorded (``examples/outputs/sentence_encoders_books.json``; the run:
         --inner-folds 2 --c-values 0.25 1 4 16 64 256 1024 \\
         --output examples/outputs/sentence_encoders_books.json
 
-(the first two snapshots were probed while the run went on, with ``--snapshots`` into a file of
-their own, then joined with ``--merge``; the recorded ``command`` says so).
+(the snapshots were probed as the run went on, each call adding the new ones and the newest's
+baselines; the first two into a file of their own, joined with ``--merge``; the recorded
+``command`` is the last call). With ``--max-iter 1000`` every logistic regression runs to
+convergence (``examples/outputs/sentence_encoders_books_converged.json``, the newest snapshot
+only: ``--snapshots step-N``); a file holds the probes of one setting only.
 
 ``--tiny`` is the test suite's toy-size check: a run on a small generated corpus, probed on a
 generated task.
@@ -34,7 +37,7 @@ import tempfile
 import time
 
 from glomo_tf import hparams
-from glomo_tf.experiments.probe import ProbeConfig, markdown_table, run_probe
+from glomo_tf.experiments.probe import MAX_ITER, ProbeConfig, markdown_table, run_probe
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,6 +59,8 @@ def parse_args(argv):
     p.add_argument("--folds", type=int, default=10)
     p.add_argument("--inner-folds", type=int, default=10)
     p.add_argument("--c-values", type=float, nargs="+", default=list(hparams.PROBE_C_VALUES))
+    p.add_argument("--max-iter", type=int, default=MAX_ITER,
+                   help="lbfgs iterations of each fit at most (glomo probe --max-iter)")
     p.add_argument("--tiny", action="store_true", help="toy size, generated data (tests)")
     args = p.parse_args(argv)
     if not args.tiny and not args.run:
@@ -78,7 +83,8 @@ def probe(runs, baselines, args):
     return run_probe(ProbeConfig(
         runs=runs, baselines=baselines, tasks=[] if args.file else args.tasks,
         files=args.file, data_dir=args.data_dir, folds=args.folds,
-        inner_folds=args.inner_folds, c_values=tuple(args.c_values)), log=print)["results"]
+        inner_folds=args.inner_folds, c_values=tuple(args.c_values), max_iter=args.max_iter),
+        log=print)["results"]
 
 
 def tiny_run(folder):
@@ -116,9 +122,15 @@ def main(argv=None):
         args.run, task = tiny_run(folder)
         args.file, args.folds, args.inner_folds, args.c_values = [task], 2, 2, [1.0, 1e4]
     record = {"curve": {}, "baselines": {}}
+    settings = {"folds": args.folds, "inner_folds": args.inner_folds,
+                "c_values": list(args.c_values), "max_iter": args.max_iter}
     for path in [args.output] + list(args.merge):
         if os.path.exists(path):
             saved = json.load(open(path))
+            before = {"max_iter": MAX_ITER, **saved.get("probe_settings", settings)}
+            if before != settings:
+                raise SystemExit(f"error: {path} was probed with {before}, not {settings}: "
+                                 "give the same settings, or another --output.")
             record["curve"].update(saved.get("curve", {}))
             if saved.get("baselines", {}).get("results"):
                 record["baselines"] = saved["baselines"]
@@ -156,8 +168,7 @@ def main(argv=None):
                                                                     else argv),
         "run": os.path.relpath(args.run, REPO) if not args.tiny else "tiny",
         "run_config": json.load(open(os.path.join(args.run, "config.json"))),
-        "probe_settings": {"folds": args.folds, "inner_folds": args.inner_folds,
-                           "c_values": list(args.c_values)},
+        "probe_settings": settings,
         "table": markdown_table(rows, task_names),
         "wall_time_s_this_call": round(time.perf_counter() - started, 1)})
     record["run_config"].pop("output_dir", None)

@@ -293,3 +293,7 @@ def test_the_probe_curve_reads_each_snapshot_resumes_and_merges(tmp_path):
     assert again["curve"] == kept and again["wall_time_s_this_call"] < 5
     with pytest.raises(SystemExit, match="no snapshot step-9"):
         curve.main(common + ["--snapshots", "step-9", "--output", str(second)])
+    # Probes of other settings are never mixed into one file.
+    assert again["probe_settings"]["max_iter"] == 100
+    with pytest.raises(SystemExit, match="was probed with .* give the same settings"):
+        curve.main(common + ["--max-iter", "1000", "--output", str(second)])

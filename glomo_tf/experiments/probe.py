@@ -14,6 +14,9 @@ and a logistic regression (scikit-learn's) is trained on the vectors.
 
 The classifier is scikit-learn's ``LogisticRegression(C=C)`` with its defaults, as SentEval's
 (lbfgs, at most 100 iterations: :data:`MAX_ITER`); features are used as they come, unscaled.
+SentEval was written when scikit-learn's default solver was liblinear (until 0.22), which runs to
+its tolerance; lbfgs stops at 100 iterations short of it on wide, correlated sentence vectors
+at large ``C``. ``max_iter`` (``--max-iter``) lets every fit converge (1,000 do here).
 
 Encoders (:func:`load_encoders`): a :class:`~glomo_tf.SentencePretrainer` run directory
 (``[Enc_src(s) ; Enc_trg(s)]``), and the baselines of the same table: ``bow``, the mean of the run's
@@ -279,17 +282,17 @@ def _subset(texts, labels, max_examples, seed):
 
 
 # ---------------------------------------------------------------------------------- the probe
-MAX_ITER = 100  # SentEval's: scikit-learn's default for LogisticRegression
+MAX_ITER = 100  # scikit-learn's default; every probe recorded before --max-iter
 
 
-def _classifier(c, seed):
+def _classifier(c, seed, max_iter=MAX_ITER):
     from sklearn.linear_model import LogisticRegression
-    return _QuietFit(LogisticRegression(C=c, max_iter=MAX_ITER, random_state=seed))
+    return _QuietFit(LogisticRegression(C=c, max_iter=max_iter, random_state=seed))
 
 
 class _QuietFit:
-    """A classifier whose ``fit`` does not warn when lbfgs stops at ``MAX_ITER`` iterations
-    (SentEval stops there too; the warning would repeat for every fold and ``C``)."""
+    """A classifier whose ``fit`` does not warn when lbfgs stops at ``max_iter`` iterations
+    (the warning would repeat for every fold and ``C``)."""
 
     def __init__(self, model):
         self.model = model
@@ -307,57 +310,58 @@ class _QuietFit:
         return self.model.predict(x)
 
 
-def _fit_score(features, labels, train, test, c, seed):
-    model = _classifier(c, seed).fit(features[train], labels[train])
+def _fit_score(features, labels, train, test, c, seed, max_iter=MAX_ITER):
+    model = _classifier(c, seed, max_iter).fit(features[train], labels[train])
     return float(np.mean(model.predict(features[test]) == labels[test]))
 
 
-def choose_c(features, labels, c_values, inner_folds, seed):
+def choose_c(features, labels, c_values, inner_folds, seed, max_iter=MAX_ITER):
     """The ``C`` of the best mean validation accuracy over ``inner_folds`` folds (ties: the
     smallest ``C``, the strongest L2)."""
     from glomo_tf.data.labeled import kfold_splits
     folds = kfold_splits(len(labels), inner_folds, seed)
-    scores = [np.mean([_fit_score(features, labels, tr, va, c, seed) for tr, va in folds])
-              for c in c_values]
+    scores = [np.mean([_fit_score(features, labels, tr, va, c, seed, max_iter)
+                       for tr, va in folds]) for c in c_values]
     return float(c_values[int(np.argmax(scores))]), [float(s) for s in scores]
 
 
 def probe_kfold(features, labels, folds=10, inner_folds=10, c_values=hparams.PROBE_C_VALUES,
-                seed=0):
+                seed=0, max_iter=MAX_ITER):
     """SentEval's cross-validation: ``{"accuracy", "std", "fold_accuracies", "c"}`` (the ``C``
     chosen in each outer fold)."""
     from glomo_tf.data.labeled import kfold_splits
     features, labels = np.asarray(features), np.asarray(labels)
     accuracies, chosen = [], []
     for train, test in kfold_splits(len(labels), folds, seed):
-        c, _ = choose_c(features[train], labels[train], c_values, inner_folds, seed)
-        accuracies.append(_fit_score(features, labels, train, test, c, seed))
+        c, _ = choose_c(features[train], labels[train], c_values, inner_folds, seed, max_iter)
+        accuracies.append(_fit_score(features, labels, train, test, c, seed, max_iter))
         chosen.append(c)
     return {"accuracy": float(np.mean(accuracies)), "std": float(np.std(accuracies)),
             "fold_accuracies": accuracies, "c": chosen}
 
 
-def probe_split(train, dev, test, c_values=hparams.PROBE_C_VALUES, seed=0):
+def probe_split(train, dev, test, c_values=hparams.PROBE_C_VALUES, seed=0, max_iter=MAX_ITER):
     """SentEval's protocol for a task with a dev split: ``C`` chosen on dev, test accuracy of
     the classifier trained on train. Each argument is ``(features, labels)``."""
     (xtr, ytr), (xdev, ydev), (xte, yte) = [(np.asarray(x), np.asarray(y))
                                              for x, y in (train, dev, test)]
-    dev_scores = [float(np.mean(_classifier(c, seed).fit(xtr, ytr).predict(xdev) == ydev))
-                  for c in c_values]
+    dev_scores = [float(np.mean(_classifier(c, seed, max_iter).fit(xtr, ytr).predict(xdev)
+                                == ydev)) for c in c_values]
     best = int(np.argmax(dev_scores))
-    model = _classifier(c_values[best], seed).fit(xtr, ytr)
+    model = _classifier(c_values[best], seed, max_iter).fit(xtr, ytr)
     return {"accuracy": float(np.mean(model.predict(xte) == yte)),
             "dev_accuracy": dev_scores[best], "c": float(c_values[best])}
 
 
 def probe_task(encoder, task, folds=10, inner_folds=10, c_values=hparams.PROBE_C_VALUES,
-               seed=0):
+               seed=0, max_iter=MAX_ITER):
     """One encoder on one task (see the module's protocols)."""
     if task.protocol == "kfold":
         return probe_kfold(encoder.encode(task.texts), task.labels, folds, inner_folds, c_values,
-                           seed)
+                           seed, max_iter)
     encoded = {s: (encoder.encode(t), y) for s, (t, y) in task.splits.items()}
-    return probe_split(encoded["train"], encoded["dev"], encoded["test"], c_values, seed)
+    return probe_split(encoded["train"], encoded["dev"], encoded["test"], c_values, seed,
+                       max_iter)
 
 
 def nearest_sentences(encoder, queries, pool, k=3):
@@ -420,6 +424,9 @@ class ProbeConfig:
                                group="classifier")
     c_values: tuple = setting(hparams.PROBE_C_VALUES, "inverse L2 strengths tried",
                               group="classifier", parse=float)
+    max_iter: int = setting(MAX_ITER, "lbfgs iterations of each logistic regression at most "
+                            "(100: scikit-learn's default; 1000 lets the fits converge)",
+                            group="classifier")
     seed: int = setting(0, "seed of the folds and subsets", group="classifier")
     batch_size: int = setting(256, "sentences encoded at once", group="classifier")
     # nearest neighbours
@@ -441,8 +448,8 @@ class ProbeConfig:
             raise ValueError("`c_values` must be positive numbers.")
         if c.max_examples is not None and c.max_examples < 2 * c.folds:
             raise ValueError(f"`max_examples` must be at least 2 x `folds` ({2 * c.folds}).")
-        if c.batch_size < 1 or c.k < 1:
-            raise ValueError("`batch_size` and `k` must be at least 1.")
+        if c.batch_size < 1 or c.k < 1 or c.max_iter < 1:
+            raise ValueError("`batch_size`, `k` and `max_iter` must be at least 1.")
         if c.neighbours and not c.pool:
             raise ValueError("`neighbours` needs `pool` FILE (one sentence per line).")
         if c.pool and not c.neighbours:
@@ -478,7 +485,8 @@ def run_probe(config, log=print):
         results[encoder.name] = {}
         for task in tasks:
             start = time.perf_counter()
-            result = probe_task(encoder, task, c.folds, c.inner_folds, tuple(c.c_values), c.seed)
+            result = probe_task(encoder, task, c.folds, c.inner_folds, tuple(c.c_values), c.seed,
+                                c.max_iter)
             result["seconds"] = round(time.perf_counter() - start, 1)
             results[encoder.name][task.name] = result
             log(f"{encoder.name:>16} {task.name:>8}: {100 * result['accuracy']:.1f}% "
