@@ -680,11 +680,60 @@ def test_book_scale_sentence_encoder_figures_come_from_the_recorded_curve():
         log = handle.read()
     epochs = [int(s) for s in re.findall(r"^1250/1250 - (\d+)s", log, re.M)]
     assert f"epochs 2 and 3: {epochs[0]:,} s and {epochs[1]:,} s" in flat
+    assert f"epochs 4-6: {epochs[2]:,} s, {epochs[3]:,} s and {epochs[4]:,} s" in flat
     per_step = sorted(e / 1250 for e in epochs)
     assert f"Training took {per_step[0]:.1f}-{per_step[-1]:.1f} s a step of 400" in flat
     chosen = [c for c in (bow[t]["c"] for t in tasks)
               for c in (c if isinstance(c, list) else [c])]
     assert f"{sum(c >= 256 for c in chosen)} of its {len(chosen)} choices" in flat
+
+
+def test_converged_probe_and_book_ablation_figures_come_from_their_json():
+    """The converged probe (``--max-iter 1000``) of the newest snapshots, set beside the 100
+    iterations' scores of the same snapshots, and the leave-one-out row at equal pairs."""
+    flat = " ".join(page("docs/guides/related-models.md").split())
+    doc = page("docs/guides/related-models.md")
+    tasks = ("mr", "subj", "sst2")
+
+    def fmt(scores):
+        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
+
+    books = load("sentence_encoders_books.json")
+    converged = load("sentence_encoders_books_converged.json")
+    assert converged["probe_settings"]["max_iter"] == 1000
+    assert books["probe_settings"].get("max_iter", 100) == 100
+    for row in converged["table"].splitlines():
+        assert row in doc, f"page lacks: {row}"
+    newest = converged["baselines"]["snapshot"]
+    assert newest == books["baselines"]["snapshot"] == list(converged["curve"])[-1]
+    enc, bow = converged["curve"][newest]["probe"], converged["baselines"]["results"]["bow"]
+    beaten = [t for t in tasks if enc[t]["accuracy"] > bow[t]["accuracy"]]
+    pairs = converged["curve"][newest]["pairs_seen"]
+    assert (f"after {pairs:,} pairs, converged, the full model reaches {fmt(enc)} against its "
+            f"bag of words' {fmt(bow)} (100 iterations: {fmt(books['curve'][newest]['probe'])} "
+            f"against {fmt(books['baselines']['results']['bow'])}): above it on "
+            f"{len(beaten)} of the three tasks") in flat
+    ablation = load("sentence_encoders_books_qt_sp.json")
+    assert ablation["run_config"]["objectives"] == ["qt", "sp"]
+    assert ablation["probe_settings"] == {**books["probe_settings"], "max_iter": 100}
+    costs = []
+    for name, point in ablation["curve"].items():
+        full = books["curve"][name]
+        assert full["pairs_seen"] == point["pairs_seen"]
+        for label, p in (("QT+SP+G2L", full), ("QT+SP", point)):
+            row = (f"| {label} | {p['pairs_seen']:,} | " + " | ".join(
+                f"{100 * p['probe'][t]['accuracy']:.1f}" for t in tasks) + " |")
+            assert row in doc, f"page lacks: {row}"
+        costs.append(" / ".join(
+            f"{100 * (full['probe'][t]['accuracy'] - point['probe'][t]['accuracy']):.1f}"
+            for t in tasks))
+    assert f"leaving Global-to-Local out costs {costs[-1]} points" in flat
+    name, point = list(ablation["curve"].items())[-1]
+    full = books["curve"][name]["losses"]
+    assert (f"Self Prediction's loss falls to {point['losses']['sp_loss']:.2f} "
+            f"({full['sp_loss']:.2f} in the full model at {point['pairs_seen'] // 10**6}M pairs) "
+            f"while Quick Thoughts' stays near chance ({point['losses']['qt_loss']:.2f} against "
+            f"{full['qt_loss']:.2f})") in flat
 
 
 def test_g2l_reduction_figures_come_from_the_recorded_runs():
