@@ -30,7 +30,8 @@ import urllib.parse
 
 import numpy as np
 
-from glomo_tf.serving.errors import ServingError, from_http_status
+from glomo_tf.serving.core import message_json, metadata_json
+from glomo_tf.serving.errors import CODES, ServingError, from_http_status
 from glomo_tf.serving.tensors import NUMPY_DTYPES, json_to_numpy, loads, read_outputs
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -201,14 +202,11 @@ class ServingClient:
             doc = self._retrying(lambda: self._rest("GET", self._prefix))
             entries = doc.get("model_version_status", [])
         else:
-            from google.protobuf import json_format
             from tensorflow_serving.apis import get_model_status_pb2
             request = get_model_status_pb2.GetModelStatusRequest()
             self._fill_spec(request.model_spec)
             response = self._retrying(lambda: self._grpc(self._model.GetModelStatus, request))
-            entries = json_format.MessageToDict(
-                response, always_print_fields_with_no_presence=True,
-                preserving_proto_field_name=True).get("model_version_status", [])
+            entries = message_json(response).get("model_version_status", [])
         return [{"version": int(e["version"]), "state": e.get("state", "UNKNOWN"),
                  "error_code": e.get("status", {}).get("error_code", "OK"),
                  "error_message": e.get("status", {}).get("error_message", "")}
@@ -218,18 +216,11 @@ class ServingClient:
         """The model's metadata in TF Serving's REST form (``model_spec`` + ``signature_def``)."""
         if self.protocol == "rest":
             return self._retrying(lambda: self._rest("GET", self._prefix + "/metadata"))
-        from google.protobuf import json_format
         from tensorflow_serving.apis import get_model_metadata_pb2
         request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
         self._fill_spec(request.model_spec)
-        response = self._retrying(lambda: self._grpc(self._prediction.GetModelMetadata, request))
-        signature_map = get_model_metadata_pb2.SignatureDefMap()
-        response.metadata["signature_def"].Unpack(signature_map)
-        options = dict(always_print_fields_with_no_presence=True,
-                       preserving_proto_field_name=True)
-        return {"model_spec": json_format.MessageToDict(response.model_spec, **options),
-                "metadata": {"signature_def": json_format.MessageToDict(signature_map,
-                                                                        **options)}}
+        return metadata_json(self._retrying(
+            lambda: self._grpc(self._prediction.GetModelMetadata, request)))
 
     def signature(self, name=DEFAULT_SIGNATURE):
         """``{"inputs": {alias: dtype}, "outputs": {alias: dtype}}`` of a signature (cached)."""
@@ -430,7 +421,7 @@ class ServingClient:
             return method(request, timeout=self.timeout)
         except grpc.RpcError as error:
             code = error.code().name if error.code() is not None else "UNKNOWN"
-            raise ServingError(code if code in _GRPC_CODES else "UNKNOWN",
+            raise ServingError(code if code in CODES else "UNKNOWN",
                                error.details() or code) from None
 
     def _predict_grpc(self, arrays, signature_name, output_filter):
@@ -444,12 +435,6 @@ class ServingClient:
             request.output_filter.extend(output_filter)
         response = self._retrying(lambda: self._grpc(self._prediction.Predict, request))
         return {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
-
-
-_GRPC_CODES = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-               "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-               "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-               "UNAUTHENTICATED"}
 
 
 def extract(texts, target="localhost:8501", model_name="default", *, protocol="rest",

@@ -124,3 +124,19 @@ class ServingCore:
             signature_map.signature_def[key].CopyFrom(signature_def)
         response.metadata["signature_def"].Pack(signature_map)
         return response
+
+
+def message_json(message):
+    """A TF Serving message in its REST form: every field, proto field names."""
+    from google.protobuf import json_format
+    return json_format.MessageToDict(message, always_print_fields_with_no_presence=True,
+                                     preserving_proto_field_name=True)
+
+
+def metadata_json(response):
+    """A ``GetModelMetadataResponse`` as TF Serving's REST API answers it (its ``Any`` unpacked)."""
+    from tensorflow_serving.apis import get_model_metadata_pb2
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    response.metadata["signature_def"].Unpack(signature_map)
+    return {"model_spec": message_json(response.model_spec),
+            "metadata": {"signature_def": message_json(signature_map)}}

@@ -84,9 +84,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
         if request.output_filter:
             outputs = {name: outputs[name] for name in request.output_filter}
         response = predict_pb2.PredictResponse()
-        response.model_spec.name = servable.model_name
-        response.model_spec.version.value = servable.version
-        response.model_spec.signature_name = signature.name
+        self._fill_spec(response, servable, signature)
         for name, value in outputs.items():
             response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
         return response

@@ -33,12 +33,13 @@ from http import HTTPStatus
 import numpy as np
 from aiohttp import web, web_protocol
 
+from glomo_tf.serving.core import message_json, metadata_json
 from glomo_tf.serving.errors import ServingError, from_http_status, invalid
 from glomo_tf.serving.limits import Admission, too_large
 from glomo_tf.serving.monitoring import CONTENT_TYPE, Metrics
-from glomo_tf.serving.tensors import (DEFAULT_LIMITS, collection_paused, columnar_json,
-                                      float_tokens, is_b64_object, json_to_array, row_json,
-                                      short_type)
+from glomo_tf.serving.tensors import (DEFAULT_LIMITS, NUMPY_DTYPES, collection_paused,
+                                      columnar_json, float_tokens, is_b64_object,
+                                      json_to_array, row_json, short_type, show)
 
 log = logging.getLogger("glomo_tf.serving")
 access_log = logging.getLogger("glomo_tf.serving.access")
@@ -57,11 +58,6 @@ CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Method
 # sends after a refusal (so that it reads the answer before the connection closes).
 MAX_LINE, MAX_HEADERS, IDLE_TIMEOUT, LINGER = 65536, 100, 120.0, 0.1
 DECODE_IN_POOL = 64 << 10  # bodies of this size or more are decoded in a worker thread
-
-
-def _show(value, limit=200):
-    text = json.dumps(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def too_large_message(limit, size=None):
@@ -107,7 +103,7 @@ def parse_body(body):
     except RecursionError:
         raise invalid("JSON Parse error: the document is nested too deeply") from None
     if not isinstance(doc, dict):
-        raise invalid(f"JSON Value: {_show(doc)} Is not object")
+        raise invalid(f"JSON Value: {show(doc, 200)} Is not object")
     return doc
 
 
@@ -145,7 +141,7 @@ def decode_instances(instances, signature, limits=DEFAULT_LIMITS):
                               f"{', '.join(names)})")
             if set(element) != set(names):
                 raise invalid(f"Failed to process element: {index} of 'instances' list. JSON "
-                              f"object: {_show(element)} keys must be equal to: "
+                              f"object: {show(element, 200)} keys must be equal to: "
                               f"{','.join(names)}")
             items = element.items()
         else:
@@ -234,7 +230,6 @@ class RestApi:
         self.limits = core.limits
         self.request_timeout = timeout_ms / 1000 if timeout_ms and timeout_ms > 0 else None
 
-
     # -- routing
     def dispatch(self, method, path, body):
         """``(HTTP status, JSON text)``, or for a prediction ``(200, work)``: the decoded request,
@@ -265,24 +260,11 @@ class RestApi:
         return 200, self.classify_or_regress(verb, name, version, label, body)
 
     def status(self, name, version, label):
-        from google.protobuf import json_format
-        response = self.core.status_response(name, version, label)
-        return json.dumps(json_format.MessageToDict(
-            response, always_print_fields_with_no_presence=True,
-            preserving_proto_field_name=True), indent=1)
+        return json.dumps(message_json(self.core.status_response(name, version, label)), indent=1)
 
     def metadata(self, name, version, label):
-        from google.protobuf import json_format
-        from tensorflow_serving.apis import get_model_metadata_pb2
-        response = self.core.metadata_response(name, version, label)
-        signature_map = get_model_metadata_pb2.SignatureDefMap()
-        response.metadata["signature_def"].Unpack(signature_map)
-        options = dict(always_print_fields_with_no_presence=True,
-                       preserving_proto_field_name=True)
-        return json.dumps({
-            "model_spec": json_format.MessageToDict(response.model_spec, **options),
-            "metadata": {"signature_def": json_format.MessageToDict(signature_map, **options)},
-        }, indent=1)
+        return json.dumps(metadata_json(self.core.metadata_response(name, version, label)),
+                          indent=1)
 
     def classify_or_regress(self, verb, name, version, label, body):
         from glomo_tf.serving import inference
@@ -315,7 +297,7 @@ class RestApi:
         doc = parse_body(body)
         signature_name = doc.get("signature_name", "")
         if not isinstance(signature_name, str):
-            raise invalid(f"JSON Value: {_show(signature_name)} not formatted correctly. "
+            raise invalid(f"JSON Value: {show(signature_name, 200)} not formatted correctly. "
                           "'signature_name' key must be a string value.")
         servable = self.core.manager.resolve(name, version, label)
         signature = servable.signature(signature_name)
@@ -329,13 +311,11 @@ class RestApi:
         else:
             raise invalid("Missing 'inputs' or 'instances' key")
         unsupported = [f"{k}: {short_type(v.dtype)}" for k, v in signature.outputs.items()
-                       if v.dtype not in _JSON_OUTPUT_TYPES]
+                       if v.dtype not in NUMPY_DTYPES]
         if unsupported:
             raise ServingError("UNIMPLEMENTED", f"outputs of signature {signature.name!r} cannot "
                                f"be written as JSON ({', '.join(unsupported)}); use gRPC")
         return Prediction(self.core, signature, inputs, writer, self.request_timeout)
-
-
 
 
 class _Exchange:
@@ -653,7 +633,3 @@ def _settle(future, outputs, error):
         else:
             future.set_exception(error)
 
-
-_JSON_OUTPUT_TYPES = {"DT_FLOAT", "DT_DOUBLE", "DT_HALF", "DT_BFLOAT16", "DT_INT8", "DT_INT16",
-                      "DT_INT32", "DT_INT64", "DT_UINT8", "DT_UINT16", "DT_UINT32", "DT_UINT64",
-                      "DT_BOOL", "DT_STRING"}

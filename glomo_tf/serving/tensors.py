@@ -80,7 +80,8 @@ def json_type(value):
     return "Object"
 
 
-def _show(value, limit=120):
+def show(value, limit=120):
+    """A JSON value as an error message quotes it: its text, cut after ``limit`` characters."""
     text = json.dumps(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -94,13 +95,13 @@ def decode_b64(value):
     try:
         return base64.b64decode(value["b64"], validate=True)
     except (binascii.Error, ValueError):
-        raise invalid(f"Unable to base64 decode {_show(value)}") from None
+        raise invalid(f"Unable to base64 decode {show(value)}") from None
 
 
 def _leaf_converter(dtype_name, limits=DEFAULT_LIMITS):
     """A function checking one JSON leaf against ``dtype_name`` and returning its Python value."""
     def type_error(value):
-        return invalid(f"JSON Value: {_show(value)} Type: {json_type(value)} is not of expected "
+        return invalid(f"JSON Value: {show(value)} Type: {json_type(value)} is not of expected "
                        f"type: {short_type(dtype_name)}")
 
     if dtype_name in FLOAT_TYPES:
@@ -140,7 +141,7 @@ def _leaf_converter(dtype_name, limits=DEFAULT_LIMITS):
                 return value.encode("utf-8")
             if isinstance(value, dict):
                 if not is_b64_object(value):
-                    raise invalid(f"JSON Value: {_show(value)} not formatted correctly for base64 "
+                    raise invalid(f"JSON Value: {show(value)} not formatted correctly for base64 "
                                   "data")
                 decoded = decode_b64(value)
                 limits.check_text(len(decoded))
@@ -193,7 +194,7 @@ def json_to_array(value, dtype_name, limits=DEFAULT_LIMITS, elements_before=0):
                 fill(element, level + 1)
         else:
             if level != rank:
-                raise invalid(f"JSON Value: {_show(item)} found at incorrect level: {level + 1} in "
+                raise invalid(f"JSON Value: {show(item)} found at incorrect level: {level + 1} in "
                               f"the JSON DOM. Expected at level: {rank}")
             flat.append(convert(item))
 
@@ -524,7 +525,7 @@ def json_to_numpy(value, dtype_name):
                 flat.append(item.encode("utf-8"))
             else:
                 raise ServingError("INTERNAL", f"expected a string in the response, got "
-                                   f"{_show(item)}")
+                                   f"{show(item)}")
 
         walk(value)
         array = np.empty(len(flat), dtype=object)
