@@ -19,9 +19,10 @@ EXTRAS = {
     "tune": ["keras-tuner==1.4.8"],
     # aiohttp: the REST server's HTTP/1.1 (its C parser, llhttp); orjson: the REST server writes
     # numeric tensors in C, not per element; pysimdjson: the client reads them from an answer
-    # straight into arrays, without a Python number per element.
+    # straight into arrays, without a Python number per element; httptools: the client reads
+    # answers with llhttp in C (http.client parses headers in Python, on every request).
     "serve": ["tensorflow-serving-api==2.21.0", "aiohttp>=3.10,<4", "orjson>=3.10,<4",
-              "pysimdjson>=7,<8"],
+              "pysimdjson>=7,<8", "httptools>=0.6,<1"],
     "datasets": ["tensorflow-datasets==4.9.10"],
     # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
     "sklearn": ["scikit-learn>=1.5,<2"],

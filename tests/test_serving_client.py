@@ -319,6 +319,73 @@ def test_rest_request_headers_and_a_small_body_go_out_in_one_write():
     assert bodies == [small, large]
 
 
+@contextlib.contextmanager
+def canned_server(*answers):
+    """A local server answering its n-th connection's request with ``answers[n]`` (bytes, sent
+    as they are, then the connection closed); yields its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        for answer in answers:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+STATUS_BODY = json.dumps({"model_version_status": [{"version": "4", "state": "AVAILABLE"}]})
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked", "until-close"])
+def test_rest_answers_are_read_whole_in_every_http_framing(framing):
+    body = STATUS_BODY.encode()
+    if framing == "content-length":
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    elif framing == "chunked":
+        parts = [body[:10], body[10:]]
+        answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"".join(
+            b"%x\r\n%s\r\n" % (len(part), part) for part in parts) + b"0\r\n\r\n"
+    else:  # HTTP/1.0 without a length: the answer ends with the connection
+        answer = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body
+    with canned_server(answer) as port:
+        with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
+            assert client.status() == [{"version": 4, "state": "AVAILABLE", "error_code": "OK",
+                                        "error_message": ""}]
+
+
+@pytest.mark.parametrize("answer, words", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{}", "closed the connection"),
+    (b"HTTZ/1.1 200 OK\r\n\r\n", "malformed HTTP answer"),
+    (b"", "closed the connection"),
+])
+def test_a_cut_or_malformed_rest_answer_is_unavailable_not_a_traceback(answer, words):
+    with canned_server(answer) as port:
+        with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
+            with pytest.raises(ServingError, match=words) as caught:
+                client.status()
+    assert caught.value.code == "UNAVAILABLE"
+
+
+def test_a_kept_alive_connection_the_server_closed_is_replaced_once():
+    """The server closes the connection after its first answer (as an idle timeout would): the
+    next request fails on it once and is sent again on a fresh connection, not retried."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(STATUS_BODY),
+                                                               STATUS_BODY.encode())
+    with canned_server(ok, ok) as port:
+        with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
+            first = client._connection()
+            assert client.status()[0]["version"] == 4
+            assert client._connection() is first  # kept, as far as the client knows
+            assert client.status()[0]["version"] == 4
+            assert client._connection() is not first and client.attempts == 2
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_retries_on_unavailable_then_succeeds(protocol, stub_rest, stub_grpc):
     stub = stub_rest if protocol == "rest" else stub_grpc

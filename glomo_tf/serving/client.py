@@ -21,12 +21,12 @@ UNAVAILABLE (connection refused or reset, HTTP 503, gRPC UNAVAILABLE). Failures 
 """
 
 import base64
-import http.client
 import json
 import socket
 import threading
 import time
 import urllib.parse
+from http import HTTPStatus
 
 import numpy as np
 
@@ -88,34 +88,83 @@ def _to_array(value, dtype_name, alias):
     return np.asarray(value, dtype=NUMPY_DTYPES[dtype_name])
 
 
-class _OneWrite:
-    """An ``http.client`` connection with Nagle's algorithm off that sends a request's headers and
-    a small body in one write. http.client writes them separately: with Nagle on, the body would
-    wait for the server to acknowledge the headers (a delayed ACK: a millisecond or more on every
-    request); with it off, the two segments still cost the server a second read and wake-up."""
+class _Answer:
+    """What httptools' parser reads of one answer (its callbacks)."""
+
+    def __init__(self, parser):
+        self.parser = parser(self)
+        self.body, self.head, self.complete, self.delimited = [], False, False, False
+        self.keep_alive = False
+
+    def on_headers_complete(self):
+        self.head = True
+
+    def on_header(self, name, value):
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.delimited = True
+
+    def on_body(self, data):
+        self.body.append(data)
+
+    def on_message_complete(self):
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()  # the parser resets after this
+
+
+class _Connection:
+    """One kept-alive HTTP/1.1 connection, Nagle's algorithm off: a request goes out in one
+    write (its headers and a body of up to :attr:`ONE_WRITE_LIMIT` bytes: a second write would
+    cost the server a second read and wake-up), and its answer is read by httptools' parser
+    (llhttp, in C; the server's is the same parser under aiohttp)."""
 
     ONE_WRITE_LIMIT = 1 << 16  # bytes of body joined to the headers (a larger one is not copied)
 
-    def connect(self):
-        super().connect()
+    def __init__(self, scheme, host, port, timeout):
+        try:
+            import httptools
+        except ImportError:
+            raise ImportError("ServingClient's REST protocol reads answers with httptools: "
+                              "pip install 'glomo_tf[serve]' (or use protocol='grpc')") from None
+        self._parser, self._parse_error = httptools.HttpResponseParser, httptools.HttpParserError
+        self.sock = socket.create_connection((host, port), timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if scheme == "https":
+            import ssl
+            self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=host)
+        self.host = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.answered = 0  # answers read: a closed connection that had served one is retried
 
-    def _send_output(self, message_body=None, encode_chunked=False):
-        if (isinstance(message_body, bytes) and not encode_chunked
-                and len(message_body) <= self.ONE_WRITE_LIMIT):
-            self._buffer.extend((b"", message_body))  # "...\r\n\r\n" + body
-            message, self._buffer[:] = b"\r\n".join(self._buffer), []
-            self.send(message)
-            return
-        super()._send_output(message_body, encode_chunked)
+    def send(self, data):
+        self.sock.sendall(data)
 
+    def request(self, method, path, body=None):
+        """``(status, payload, keep_alive)`` of one request (``body``: JSON bytes or None)."""
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        head = (head + "\r\n").encode("latin-1")
+        if body is None or len(body) <= self.ONE_WRITE_LIMIT:
+            self.send(head + (body or b""))
+        else:
+            self.send(head)
+            self.send(body)
+        answer = _Answer(self._parser)
+        while not answer.complete:
+            data = self.sock.recv(1 << 18)
+            if not data:
+                if answer.head and not answer.delimited:  # an answer that ends with the connection
+                    break
+                raise ConnectionResetError("the server closed the connection before answering")
+            try:
+                answer.parser.feed_data(data)
+            except self._parse_error as error:
+                raise ValueError(f"a malformed HTTP answer: {error}") from None
+        self.answered += 1
+        status, answer.parser = answer.parser.get_status_code(), None  # no cycle left
+        return status, b"".join(answer.body), answer.keep_alive
 
-class _HTTPConnection(_OneWrite, http.client.HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_OneWrite, http.client.HTTPSConnection):
-    pass
+    def close(self):
+        self.sock.close()
 
 
 def _json_value(array):
@@ -299,10 +348,7 @@ class ServingClient:
         if self.protocol == "grpc":
             self._channel.close()
         else:
-            connection = getattr(self._local, "connection", None)
-            if connection is not None:
-                connection.close()
-                self._local.connection = None
+            self._drop_connection()
 
     def __enter__(self):
         return self
@@ -327,43 +373,43 @@ class ServingClient:
             delay = min(delay * 2, 5.0)
 
     # -- REST
-    def _connection(self, fresh=False):
+    def _connection(self):
         connection = getattr(self._local, "connection", None)
-        if connection is None or fresh:
-            if connection is not None:
-                connection.close()
-            scheme, host, port = self._http
-            cls = _HTTPSConnection if scheme == "https" else _HTTPConnection
-            connection = cls(host, port, timeout=self.timeout)
+        if connection is None:
+            connection = _Connection(*self._http, timeout=self.timeout)
             self._local.connection = connection
         return connection
+
+    def _drop_connection(self):
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
 
     def _rest(self, method, path, body=None, read=None):
         """The JSON object a request answers, or ``read(payload)`` of a 200 answer where that is
         not None (a faster reader for the answers it knows)."""
         data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        for reuse in (True, False):
-            connection = self._connection(fresh=not reuse)
-            reused = connection.sock is not None
+        while True:
+            reused = False
             try:
-                connection.request(method, path, body=data, headers=headers)
-                response = connection.getresponse()
-                payload = response.read()
+                connection = self._connection()
+                reused = connection.answered > 0
+                status, payload, keep_alive = connection.request(method, path, data)
                 break
             except socket.timeout:
-                self._connection(fresh=True)
+                self._drop_connection()
                 raise ServingError("DEADLINE_EXCEEDED", f"{method} {self.target}{path}: no "
                                    f"response within {self.timeout} s") from None
-            except (ConnectionError, http.client.HTTPException, OSError) as error:
-                connection.close()
-                if reuse and reused:  # a kept-alive connection the server had closed: redo once
-                    continue
+            except (OSError, ValueError) as error:  # ValueError: a malformed answer
+                self._drop_connection()
+                if not isinstance(error, ValueError) and reused:
+                    continue  # a kept-alive connection the server had closed: a fresh one
                 raise ServingError("UNAVAILABLE", f"{method} {self.target}{path}: "
                                    f"{type(error).__name__}: {error}") from None
-        if response.will_close:
-            connection.close()
-        if read is not None and response.status == 200:
+        if not keep_alive:
+            self._drop_connection()
+        if read is not None and status == 200:
             result = read(payload)
             if result is not None:
                 return result
@@ -371,11 +417,11 @@ class ServingClient:
             doc = loads(payload) if payload else {}
         except (UnicodeDecodeError, json.JSONDecodeError):
             doc = None
-        if response.status != 200:
+        if status != 200:
             message = doc.get("error") if isinstance(doc, dict) else None
             if message is None:
-                message = payload[:500].decode("utf-8", "replace") or response.reason
-            raise ServingError(from_http_status(response.status), message, response.status)
+                message = payload[:500].decode("utf-8", "replace") or HTTPStatus(status).phrase
+            raise ServingError(from_http_status(status), message, status)
         if not isinstance(doc, dict):
             raise ServingError("INTERNAL", f"{method} {self.target}{path}: the response is not a "
                                "JSON object")
