@@ -38,25 +38,19 @@ DEFAULT_SIGNATURE = "serving_default"
 
 
 def _metadata_signatures(metadata):
-    """REST-form metadata -> ``{signature: {"inputs": {alias: dtype}, "outputs": {...}}}``."""
-    signature_defs = metadata["metadata"]["signature_def"]["signature_def"]
-    return {name: {side: {alias: info.get("dtype", "DT_INVALID")
-                          for alias, info in definition.get(side, {}).items()}
-                   for side in ("inputs", "outputs")}
-            for name, definition in signature_defs.items()}
-
-
-def _metadata_output_shapes(metadata):
-    """``{signature: {output: [dims] or None}}`` (-1 for unknown dims, None for unknown rank)."""
-    signature_defs = metadata["metadata"]["signature_def"]["signature_def"]
-    shapes = {}
-    for name, definition in signature_defs.items():
+    """REST-form metadata -> ``{signature: {"inputs": {alias: dtype}, "outputs": {...}}}`` and
+    ``{signature: {output: [dims] or None}}`` (-1 for unknown dims, None for unknown rank)."""
+    signatures, shapes = {}, {}
+    for name, definition in metadata["metadata"]["signature_def"]["signature_def"].items():
+        signatures[name] = {side: {alias: info.get("dtype", "DT_INVALID")
+                                   for alias, info in definition.get(side, {}).items()}
+                            for side in ("inputs", "outputs")}
         shapes[name] = {}
         for alias, info in definition.get("outputs", {}).items():
             shape = info.get("tensor_shape", {})
             shapes[name][alias] = (None if shape.get("unknown_rank") else
                                    [int(d.get("size", -1)) for d in shape.get("dim", [])])
-    return shapes
+    return signatures, shapes
 
 
 def _restore_empty_dims(array, shape):
@@ -274,9 +268,7 @@ class ServingClient:
     def signature(self, name=DEFAULT_SIGNATURE):
         """``{"inputs": {alias: dtype}, "outputs": {alias: dtype}}`` of a signature (cached)."""
         if self._signatures is None or name not in self._signatures:
-            metadata = self.metadata()
-            self._signatures = _metadata_signatures(metadata)
-            self._output_shapes = _metadata_output_shapes(metadata)
+            self._signatures, self._output_shapes = _metadata_signatures(self.metadata())
         if name not in self._signatures:
             raise ServingError("INVALID_ARGUMENT", f"model {self.model_name!r} has no signature "
                                f"{name!r} (it has: {', '.join(sorted(self._signatures))})")
