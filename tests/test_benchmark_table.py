@@ -121,7 +121,7 @@ def serving_soak_rows(output="serving_soak", long_text=True):
 
 
 # The REST front-end candidates measured beside glomo serve's (aiohttp): uvicorn with httptools.
-SERVING_CANDIDATES = ("serving_candidates/latency_uvicorn",
+SERVING_CANDIDATES = ("serving_candidates/latency_uvicorn", "serving_candidates/latency_http_client",
                       "serving_candidates/latency_large_uvicorn")
 
 
@@ -267,3 +267,22 @@ def test_every_script_and_every_output_is_in_the_table(table):
         name = os.path.basename(path)
         assert f"`{name}`" in table, f"{name} is quoted by no row of benchmarks/README.md"
         assert "recorded" in load(name[:-5]), f"{name} has no recorded block (date, machine)"
+
+
+def test_the_serving_clients_side_by_side_figures_come_from_their_runs(table):
+    """The paragraph setting ServingClient on http.client (commit 75a8449) beside httptools."""
+    flat = " ".join(table.split())
+
+    def figures(output):
+        rounds = load(output)["rest_vs_in_process"]
+        added, ratio = rounds["concurrency_1"]["p50_added_ms"], rounds["concurrency_8"][
+            "throughput_ratio"]
+        return spread(added), f"{min(ratio):.2f}-{max(ratio):.2f}x"
+
+    (old_added, old_ratio), (new_added, new_ratio) = (
+        figures("serving_candidates/latency_http_client"), figures("serving_latency"))
+    under = "every round under 1 ms" if max(load("serving_latency")["rest_vs_in_process"][
+        "concurrency_1"]["p50_added_ms"]) < 1 else "not every round under 1 ms"
+    assert (f"REST added {old_added} ms to the p50 there against {new_added} ms ({under}) with "
+            f"httptools, and kept {old_ratio} of in-process throughput at concurrency 8 against "
+            f"{new_ratio}") in flat
