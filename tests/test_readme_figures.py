@@ -713,27 +713,43 @@ def test_converged_probe_and_book_ablation_figures_come_from_their_json():
             f"bag of words' {fmt(bow)} (100 iterations: {fmt(books['curve'][newest]['probe'])} "
             f"against {fmt(books['baselines']['results']['bow'])}): above it on "
             f"{len(beaten)} of the three tasks") in flat
-    ablation = load("sentence_encoders_books_qt_sp.json")
-    assert ablation["run_config"]["objectives"] == ["qt", "sp"]
-    assert ablation["probe_settings"] == {**books["probe_settings"], "max_iter": 100}
-    costs = []
-    for name, point in ablation["curve"].items():
-        full = books["curve"][name]
-        assert full["pairs_seen"] == point["pairs_seen"]
-        for label, p in (("QT+SP+G2L", full), ("QT+SP", point)):
-            row = (f"| {label} | {p['pairs_seen']:,} | " + " | ".join(
-                f"{100 * p['probe'][t]['accuracy']:.1f}" for t in tasks) + " |")
-            assert row in doc, f"page lacks: {row}"
-        costs.append(" / ".join(
-            f"{100 * (full['probe'][t]['accuracy'] - point['probe'][t]['accuracy']):.1f}"
-            for t in tasks))
-    assert f"leaving Global-to-Local out costs {costs[-1]} points" in flat
-    name, point = list(ablation["curve"].items())[-1]
+    for suffix, label, left_out in BOOK_ABLATIONS:
+        ablation = load(f"sentence_encoders_books_{suffix}.json")
+        assert ablation["run_config"]["objectives"] == label.lower().split("+")
+        assert ablation["probe_settings"] == {**books["probe_settings"], "max_iter": 100}
+        costs = []
+        for name, point in ablation["curve"].items():
+            full = books["curve"][name]
+            assert full["pairs_seen"] == point["pairs_seen"]
+            for row_label, p in (("QT+SP+G2L", full), (label, point)):
+                row = (f"| {row_label} | {p['pairs_seen']:,} | " + " | ".join(
+                    f"{100 * p['probe'][t]['accuracy']:.1f}" for t in tasks) + " |")
+                assert row in doc, f"page lacks: {row}"
+            costs.append(" / ".join(
+                f"{100 * (full['probe'][t]['accuracy'] - point['probe'][t]['accuracy']):.1f}"
+                for t in tasks))
+        assert f"leaving {left_out} out costs {costs[-1]} points" in flat, (label, costs[-1])
+    qt_g2l = load("sentence_encoders_books_qt_g2l.json")
+    name, point = list(qt_g2l["curve"].items())[-1]
+    newest = books["curve"][books["baselines"]["snapshot"]]["probe"]
+    above = [t for t in tasks if point["probe"][t]["accuracy"] > books["curve"][name]["probe"][t][
+        "accuracy"]]
+    assert len(above) == 3 and "QT+G2L is above the full model on all three tasks" in flat
+    beyond = [t for t in tasks if point["probe"][t]["accuracy"] > newest[t]["accuracy"]]
+    assert beyond == ["mr", "sst2"] and "after 3,000,000 pairs on MR and SST-2" in flat
+    assert (f"({fmt(point['probe'])} against {fmt(newest)}), though still below its own bag of "
+            f"words ({fmt(qt_g2l['baselines']['results']['bow'])})") in flat
+    name, point = list(load("sentence_encoders_books_qt_sp.json")["curve"].items())[-1]
     full = books["curve"][name]["losses"]
     assert (f"Self Prediction's loss falls to {point['losses']['sp_loss']:.2f} "
             f"({full['sp_loss']:.2f} in the full model at {point['pairs_seen'] // 10**6}M pairs) "
             f"while Quick Thoughts' stays near chance ({point['losses']['qt_loss']:.2f} against "
             f"{full['qt_loss']:.2f})") in flat
+
+
+# The leave-one-out rows at the book budget: output suffix, the encoder's label, what it leaves out.
+BOOK_ABLATIONS = (("qt_sp", "QT+SP", "Global-to-Local"), ("qt_g2l", "QT+G2L", "Self Prediction"),
+                  ("sp_g2l", "SP+G2L", "Quick Thoughts"))
 
 
 def test_g2l_reduction_figures_come_from_the_recorded_runs():
