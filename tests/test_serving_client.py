@@ -372,6 +372,19 @@ def test_a_cut_or_malformed_rest_answer_is_unavailable_not_a_traceback(answer, w
     assert caught.value.code == "UNAVAILABLE"
 
 
+@pytest.mark.parametrize("status, code, message", [
+    (404, "NOT_FOUND", "Not Found"), (499, "CANCELLED", "HTTP status 499"),
+    (599, "UNKNOWN", "HTTP status 599")])
+def test_an_error_answer_without_a_body_is_named_by_its_status(status, code, message):
+    answer = b"HTTP/1.1 %d X\r\nContent-Length: 0\r\n\r\n" % status
+    with canned_server(answer) as port:
+        with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
+            with pytest.raises(ServingError) as caught:
+                client.status()
+    assert (caught.value.code, caught.value.message, caught.value.http_status) == (
+        code, message, status)
+
+
 def test_a_kept_alive_connection_the_server_closed_is_replaced_once():
     """The server closes the connection after its first answer (as an idle timeout would): the
     next request fails on it once and is sent again on a fresh connection, not retried."""

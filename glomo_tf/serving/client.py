@@ -412,7 +412,7 @@ class ServingClient:
         if status != 200:
             message = doc.get("error") if isinstance(doc, dict) else None
             if message is None:
-                message = payload[:500].decode("utf-8", "replace") or HTTPStatus(status).phrase
+                message = payload[:500].decode("utf-8", "replace") or _reason(status)
             raise ServingError(from_http_status(status), message, status)
         if not isinstance(doc, dict):
             raise ServingError("INTERNAL", f"{method} {self.target}{path}: the response is not a "
@@ -473,6 +473,14 @@ class ServingClient:
             request.output_filter.extend(output_filter)
         response = self._retrying(lambda: self._grpc(self._prediction.Predict, request))
         return {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
+
+
+def _reason(status):
+    """An HTTP status's phrase, for an error answer without a body."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:  # not a standard status
+        return f"HTTP status {status}"
 
 
 def extract(texts, target="localhost:8501", model_name="default", *, protocol="rest",
