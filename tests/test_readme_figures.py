@@ -742,7 +742,7 @@ def test_converged_probe_and_book_ablation_figures_come_from_their_json():
     name, point = list(load("sentence_encoders_books_qt_sp.json")["curve"].items())[-1]
     full = books["curve"][name]["losses"]
     assert (f"Self Prediction's loss falls to {point['losses']['sp_loss']:.2f} "
-            f"({full['sp_loss']:.2f} in the full model at {point['pairs_seen'] // 10**6}M pairs) "
+            f"({full['sp_loss']:.2f} in the full model at {point['pairs_seen']:,} pairs) "
             f"while Quick Thoughts' stays near chance ({point['losses']['qt_loss']:.2f} against "
             f"{full['qt_loss']:.2f})") in flat
 
