@@ -739,6 +739,14 @@ def test_converged_probe_and_book_ablation_figures_come_from_their_json():
     assert beyond == ["mr", "sst2"] and "after 3,000,000 pairs on MR and SST-2" in flat
     assert (f"({fmt(point['probe'])} against {fmt(newest)}), though still below its own bag of "
             f"words ({fmt(qt_g2l['baselines']['results']['bow'])})") in flat
+    converged_qt_g2l = load("sentence_encoders_books_qt_g2l_converged.json")
+    assert converged_qt_g2l["probe_settings"]["max_iter"] == 1000
+    enc = converged_qt_g2l["curve"][name]["probe"]
+    bow = converged_qt_g2l["baselines"]["results"]["bow"]
+    below = [t for t in tasks if enc[t]["accuracy"] < bow[t]["accuracy"]]
+    assert len(below) == 3 and (
+        f"QT+G2L after {point['pairs_seen']:,} pairs reaches {fmt(enc)} against its bag of words' "
+        f"{fmt(bow)}: below it on all three tasks") in flat
     name, point = list(load("sentence_encoders_books_qt_sp.json")["curve"].items())[-1]
     full = books["curve"][name]["losses"]
     assert (f"Self Prediction's loss falls to {point['losses']['sp_loss']:.2f} "
