@@ -143,19 +143,22 @@ class _Connection:
             self.send(head)
             self.send(body)
         answer = _Answer(self._parser)
-        while not answer.complete:
-            data = self.sock.recv(1 << 18)
-            if not data:
-                if answer.head and not answer.delimited:  # an answer that ends with the connection
-                    break
-                raise ConnectionResetError("the server closed the connection before answering")
-            try:
-                answer.parser.feed_data(data)
-            except self._parse_error as error:
-                raise ValueError(f"a malformed HTTP answer: {error}") from None
-        self.answered += 1
-        status, answer.parser = answer.parser.get_status_code(), None  # no cycle left
-        return status, b"".join(answer.body), answer.keep_alive
+        try:
+            while not answer.complete:
+                data = self.sock.recv(1 << 18)
+                if not data:
+                    if answer.head and not answer.delimited:  # ends with the connection
+                        break
+                    raise ConnectionResetError("the server closed the connection before "
+                                               "answering")
+                try:
+                    answer.parser.feed_data(data)
+                except self._parse_error as error:
+                    raise ValueError(f"a malformed HTTP answer: {error}") from None
+            self.answered += 1
+            return answer.parser.get_status_code(), b"".join(answer.body), answer.keep_alive
+        finally:
+            answer.parser = None  # answered or not, no reference cycle is left behind
 
     def close(self):
         self.sock.close()
