@@ -38,13 +38,34 @@ def masked_moments(x, mask):
 
 def batch_norm_relu(x, mask, gamma, beta):
     """A training-mode CNN layer's batch norm (the batch's statistics over the kept positions)
-    and ReLU: ``(relu(x * scale + shift), mean, variance)``, the statistics float32 and the map in
-    ``x``'s dtype. (As one XLA cluster inside a ``tf.function`` step it ran slower than as separate
-    ops on a CPU: 22.6 against 18.2 ms forward and backward at ``[4, 16, 128, 256]`` in bfloat16.)"""
+    and ReLU: ``(relu(x * scale + shift), mean, variance)`` for ``x [S, B, T, d]``, ``mask [1,
+    B, T, 1]`` and the float32 ``gamma`` and ``beta [S, 1, 1, d]``; the statistics (biased
+    variance) float32, the affine map in ``x``'s dtype. A batch without padding takes the faster
+    :func:`fused_batch_norm_relu`."""
     mean, variance = masked_moments(x, mask)
-    scale, shift = batch_norm_affine(tf.cast(mean, x.dtype), tf.cast(variance, x.dtype), gamma,
-                                     beta)
+    scale, shift = batch_norm_affine(tf.cast(mean, x.dtype), tf.cast(variance, x.dtype),
+                                     tf.cast(gamma, x.dtype), tf.cast(beta, x.dtype))
     return tf.nn.relu(x * scale + shift), mean, variance
+
+
+def fused_batch_norm_relu(x, gamma, beta):
+    """:func:`batch_norm_relu` of a batch without padding ``x [S, B, T, d]``, as one
+    ``FusedBatchNormV3`` over the ``S d`` channels (oneDNN's kernel on a CPU) and its fused
+    gradient. Against the masked form's separate ops it is twice as fast in bfloat16 (6.3 against
+    13.9 ms forward and backward at ``[4, 16, 128, 256]``, one thread) and computes its
+    statistics and gradients in float32 whatever ``x``'s dtype (its bfloat16 input gradient is
+    within 0.2% of a float64 reference, the separate ops' within 3.5%)."""
+    S, d = x.shape[0], x.shape[-1]
+    shape = tf.shape(x)
+    channels_last = tf.reshape(tf.transpose(x, [1, 2, 0, 3]), [shape[1], shape[2], 1, S * d])
+    y, mean, variance, *_ = tf.compat.v1.nn.fused_batch_norm(
+        channels_last, tf.reshape(gamma, [S * d]), tf.reshape(beta, [S * d]),
+        epsilon=BATCH_NORM_EPSILON, is_training=True)
+    y = tf.transpose(tf.reshape(tf.nn.relu(y), [shape[1], shape[2], S, d]), [2, 0, 1, 3])
+    count = tf.cast(shape[1] * shape[2], tf.float32)
+    # The op returns the unbiased variance (for moving averages); the masked form's is biased.
+    variance = variance * tf.maximum(count - 1.0, 0.0) / count
+    return y, tf.reshape(mean, [S, 1, 1, d]), tf.reshape(variance, [S, 1, 1, d])
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -170,21 +191,37 @@ class CausalConvEncoder(keras.layers.Layer):
 
     def _training_stacks(self, x, conv_mask):
         """Training form, ``[S, B, T, d] -> [S, B, T, d]``: each layer one batched matrix product
-        of every stack's windows, then the batch norm with the batch's statistics
-        (:func:`batch_norm_relu`)."""
-        S, d = self.stacks, x.shape[-1]
-        batch, T = tf.shape(x)[1], tf.shape(x)[2]
-        for i in range(self.conv_layers):
-            x = x * conv_mask  # padded positions never feed a convolution
-            windows = tf.reshape(self._shifted_windows(x), [S, -1, self.kernel_size * d])
-            x = tf.reshape(tf.matmul(windows, self._w(self.kernels[i])), [S, batch, T, d])
-            x, mean, variance = batch_norm_relu(x, conv_mask, self._w(self.gammas[i]),
-                                                self._w(self.betas[i]))
+        of every stack's windows, then the batch norm with the batch's statistics, which move
+        the moving statistics. A batch without padding (every pretraining window) skips the
+        masking and takes the fused batch norm (:func:`fused_batch_norm_relu`), a padded one the
+        masked form (:func:`batch_norm_relu`)."""
+        x, statistics = tf.cond(tf.reduce_all(conv_mask > 0),
+                                lambda: self._conv_layers(x, None),
+                                lambda: self._conv_layers(x, conv_mask))
+        for i, (mean, variance) in enumerate(statistics):
             self.moving_means[i].assign(self.momentum * self.moving_means[i]
                                         + (1 - self.momentum) * mean)
             self.moving_variances[i].assign(self.momentum * self.moving_variances[i]
                                             + (1 - self.momentum) * variance)
         return x
+
+    def _conv_layers(self, x, conv_mask):
+        """The training form's layers over ``x [S, B, T, d]`` with ``conv_mask [1, B, T, 1]`` (None:
+        nothing is padded): the output and each layer's batch ``(mean, variance)``."""
+        S, d = self.stacks, x.shape[-1]
+        batch, T = tf.shape(x)[1], tf.shape(x)[2]
+        statistics = []
+        for i in range(self.conv_layers):
+            if conv_mask is not None:
+                x = x * conv_mask  # padded positions never feed a convolution
+            windows = tf.reshape(self._shifted_windows(x), [S, -1, self.kernel_size * d])
+            x = tf.reshape(tf.matmul(windows, self._w(self.kernels[i])), [S, batch, T, d])
+            if conv_mask is None:
+                x, mean, variance = fused_batch_norm_relu(x, self.gammas[i], self.betas[i])
+            else:
+                x, mean, variance = batch_norm_relu(x, conv_mask, self.gammas[i], self.betas[i])
+            statistics.append((mean, variance))
+        return x, statistics
 
     def _inference_stacks(self, inputs, conv_mask):
         """Inference form, a list of ``S`` tensors ``[B, T, d]``: the batch norm folded into each
