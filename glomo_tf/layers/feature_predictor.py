@@ -167,18 +167,22 @@ class FeaturePredictor(keras.layers.Layer):
         if self.composition == "projected":
             update = tf.einsum("bztd,zde->bzte", message, self._w(self.output_kernel))
             return self.norm(features + update + self._w(self.bias))
-        cell_input = tf.concat([message * features, message], axis=-1)  # [m * F ; m]
         if self.composition == "residual":
+            cell_input = tf.concat([message * features, message], axis=-1)  # [m * F ; m]
             return features + tf.einsum("bzti,zio->bzto", cell_input, self._w(self.kernel)) + \
                 self._w(self.bias)
-        # The cell runs direction-major, [2, B * T, .]: one product per direction and gate set,
-        # and the bias gradients sum contiguous rows (as einsums over [B, 2, T, .], the weight
-        # gradients transposed both operands).
+        # The cell runs direction-major, [2, B * T, .]: one product per direction and gate set
+        # (as einsums over [B, 2, T, .], the weight gradients transposed both operands). Each
+        # bias rides in its product as one more input row against a column of ones: a separate
+        # add and its gradient, a sum over the B T rows, cost more than the extra row.
+        cell_input = _direction_major(tf.concat(
+            [message * features, message, tf.ones_like(message[..., :1])], axis=-1))
         state = _direction_major(features)
-        gates_x = tf.matmul(_direction_major(cell_input), self._w(self.input_kernel))
-        gates_x = gates_x + self._w(self.input_bias)[0]
-        gates_h = tf.matmul(state, self._w(self.recurrent_kernel))
-        gates_h = gates_h + self._w(self.recurrent_bias)[0]
+        gates_x = tf.matmul(cell_input, self._w(tf.concat([self.input_kernel,
+                                                           self.input_bias[0]], axis=1)))
+        gates_h = tf.matmul(tf.concat([state, tf.ones_like(state[..., :1])], axis=-1),
+                            self._w(tf.concat([self.recurrent_kernel, self.recurrent_bias[0]],
+                                              axis=1)))
         return _batch_major(gru_update(gates_x, gates_h, state), tf.shape(features))
 
     _w = compute_cast

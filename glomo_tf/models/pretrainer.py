@@ -206,7 +206,8 @@ class GlomoPretrainer(ContextPretrainer):
         token_ids = integer_ids(token_ids, "token ids [batch, T]")
         length = tf.shape(token_ids)[1]
         starts = self._decoder_states(token_ids, length, training)
-        embedding_matrix = self.graph_predictor.embeddings
+        # Cast once for both decoders (each would cast the table, and its gradient back, itself).
+        embedding_matrix = tf.cast(self.graph_predictor.embeddings, self.compute_dtype)
         losses, total_ce, total_units = [], 0.0, 0.0
         for z, decoder in enumerate(self.decoders):
             states, positions = starts[z]
