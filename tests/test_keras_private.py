@@ -183,3 +183,33 @@ def test_run_functional_graph_reruns_the_layers_with_inputs_of_our_choosing():
     x, e = np.ones((1, 3), "float32"), np.full((1, 2), 5.0, "float32")
     np.testing.assert_allclose(rerun([x, e]), dense(x) + e, rtol=1e-6)
     assert rerun.get_layer("dense") is dense  # shared, not copied
+
+
+# ---------------------------------------------------------------------- in_xla_context
+def test_in_xla_context_is_true_only_where_xla_compiles():
+    seen = []
+
+    def probe(x):
+        seen.append(_keras_private.in_xla_context())
+        return x
+
+    probe(tf.ones(1))
+    tf.function(probe)(tf.ones(1))
+    tf.function(probe, jit_compile=True)(tf.ones(1))
+    tf.function(lambda x: tf.function(probe)(x), jit_compile=True)(tf.ones(1))  # nested
+    assert seen == [False, False, True, True]
+
+
+def test_the_training_cnns_agree_under_xla_and_outside():
+    """Under XLA the training-form CNNs take the masked batch norm, outside it the fused one
+    (nothing is padded here): the same outputs."""
+    from glomo_tf.layers import CausalConvEncoder
+
+    keras.utils.set_random_seed(0)
+    encoder = CausalConvEncoder(stacks=2, conv_layers=2, kernel_size=3)
+    x = tf.constant(np.random.default_rng(0).normal(size=(2, 6, 8)), tf.float32)
+    mask = tf.ones((2, 6), tf.bool)
+    outputs = {jit: tf.function(lambda x, m: encoder(x, m, training=True),
+                                jit_compile=jit)(x, mask) for jit in (False, True)}
+    for plain, compiled in zip(outputs[False], outputs[True]):
+        np.testing.assert_allclose(plain, compiled, rtol=1e-4, atol=1e-5)
