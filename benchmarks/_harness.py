@@ -286,8 +286,10 @@ def matmul_flops(graph):
     ``tf.function``'s concrete graph, gradients included), from the ops' static shapes: ``2 M N K``
     per product, of the ops that run: those the outputs or a variable update depend on (a
     gradient function also builds products nothing reads, such as the gradient of a constant
-    input, which the runtime prunes). Elementwise work is not counted. Raises ``ValueError`` on a
-    product whose shapes are not static."""
+    input, which the runtime prunes). A conditional (``tf.cond``, and its gradient) counts the
+    products of its first branch, all of whose outputs it takes as needed (the branches of the
+    training-form CNNs make the same products). Elementwise work is not counted. Raises
+    ``ValueError`` on a product whose shapes are not static."""
     import math
     import re
 
@@ -330,6 +332,8 @@ def matmul_flops(graph):
             kernel = (dims(op.inputs[1]) if op.type != "Conv2DBackpropFilter"
                       else dims(op.outputs[0]))
             total += 2 * math.prod(out) * math.prod(kernel[:3])
+        elif op.type in ("If", "StatelessIf"):
+            total += matmul_flops(graph._get_function(op.get_attr("then_branch").name).graph)
     return total
 
 

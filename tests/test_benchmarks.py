@@ -212,6 +212,17 @@ def test_matmul_flops_counts_products_and_their_gradients():
     assert harness.matmul_flops(graph) == 2 * forward
     only_gradients = tf.function(lambda x: step(x)[1]).get_concrete_function(x).graph
     assert harness.matmul_flops(only_gradients) == forward  # the sums need no forward product
+
+    def conditional(x):  # a product in a tf.cond: its forward and its gradient branch's
+        with tf.GradientTape() as tape:
+            y = tf.cond(tf.reduce_all(x > 0), lambda: tf.matmul(tf.reshape(x, [15, 7]), w),
+                        lambda: 2.0 * tf.matmul(tf.reshape(x, [15, 7]), w))
+            loss = tf.reduce_sum(y)
+        return loss, tape.gradient(loss, w)
+
+    graph = tf.function(conditional).get_concrete_function(x).graph
+    # the gradient branch returns (and computes) the gradients of all its inputs, x's too
+    assert harness.matmul_flops(graph) == 3 * (2 * 15 * 11 * 7)
     assert harness.PRECISIONS == __import__("glomo_tf").hparams.PRECISIONS
 
 

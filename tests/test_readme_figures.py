@@ -491,7 +491,7 @@ def peer_speed_row(label, name):
 
     at_best = r["ratio_best_vs_peer_best_rounds"]
     float32 = r["ratio_vs_peers_rounds"]["float32"][best]
-    command = r["recorded"]["command"].replace(" --peer /work/peer-venv/bin/python", " --peer PYTHON")
+    command = re.sub(r" --peer \S+", " --peer PYTHON", r["recorded"]["command"])
     return (f"| {label} | `{command}` | {fastest(False)} | {fastest(True)} | "
             f"{r['peers']['float32']['tokens_per_s']:,.0f} | "
             f"{r['peers']['mixed_bfloat16']['tokens_per_s']:,.0f} | "
