@@ -286,3 +286,27 @@ def test_the_serving_clients_side_by_side_figures_come_from_their_runs(table):
     assert (f"REST added {old_added} ms to the p50 there against {new_added} ms ({under}) with "
             f"httptools, and kept {old_ratio} of in-process throughput at concurrency 8 against "
             f"{new_ratio}") in flat
+
+
+def test_the_pretraining_runs_of_the_amd_session_come_from_their_json(table):
+    """The paragraph on the 2026-11-28 AMD EPYC recordings: the two earlier runs of the
+    pretraining command (``pretrain_runs/``) and the peer's step in the recorded run."""
+    flat = " ".join(table.split())
+
+    def ratios(r):
+        best, rounds = r["best_mode"], r["ratio_best_vs_peer_best_rounds"]
+        f32 = r["ratio_vs_peers_rounds"]["float32"][best]
+        return (f"{r['ratio_best_vs_peer_best']:.2f}x", f"{min(rounds):.2f}-{max(rounds):.2f}x",
+                f"{r['ratio_vs_peers']['float32'][best]:.2f}x", f"{min(f32):.2f}-{max(f32):.2f}x")
+
+    guard, first = load("pretrain_runs/before_xla_guard"), load("pretrain_runs/before_fused_batch_norm")
+    at_best, spread, f32, f32_spread = ratios(guard)
+    assert (f"measured {at_best} against the peer at its best (rounds {spread}) and {f32} against "
+            f"its float32 ({f32_spread})") in flat
+    peer = lambda r: f"{r['peers']['mixed_bfloat16']['ms_per_iter_median']:,.0f} ms"  # noqa: E731
+    assert (f"the peer's bfloat16 step then {peer(guard)} against "
+            f"{peer(load('pretrain_throughput'))} in the recorded run") in flat
+    at_best, spread, f32, _ = ratios(first)
+    assert f"measured {at_best} (rounds {spread}) and {f32}." in flat
+    assert (f"({guard['matmul_gflop_per_step']:.0f} instead of "
+            f"{load('pretrain_throughput')['matmul_gflop_per_step']:.0f})") in flat
