@@ -64,10 +64,10 @@ class ContextDecoder(keras.layers.Layer):
         self.direction = direction
         self.dropout = float(dropout)
         self._step = 1 if direction == "forward" else -1
-        self.rnns = [
-            keras.layers.GRU(hidden_dim, return_sequences=True, unroll=True, dtype=self.dtype_policy,
-                             name=f"gru_{i}")
-            for i in range(self.num_layers)]
+        # Keras GRU layers hold each layer's weights (and keep the saved files' layout);
+        # _unrolled_gru computes with them.
+        self.rnns = [keras.layers.GRU(hidden_dim, dtype=self.dtype_policy, name=f"gru_{i}")
+                     for i in range(self.num_layers)]
         self.state_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def build(self, *args, **kwargs):
