@@ -92,7 +92,9 @@ def normalize_scores(scores, admissible, normalization="squared_relu", epsilon=1
     else:
         raise ValueError(
             f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
-    graphs = weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + epsilon)
+    # Times the rows' reciprocals: a broadcast division of the full-size weights costs a CPU
+    # about twice the multiply.
+    graphs = weights * tf.math.reciprocal(tf.reduce_sum(weights, axis=-1, keepdims=True) + epsilon)
     return tf.cast(graphs, out_dtype)
 
 
