@@ -61,11 +61,19 @@ def _fold(weights, layers, heads):
 
 def _mix_rows_first(stacked, weights, conditioned):
     """Candidates laid out ``[B, 2, T, C, X]`` mixed with ``weights``: ``[B, 2, T, m, X]``."""
-    if conditioned:
-        weights = tf.transpose(weights, [0, 2, 1, 3, 4])  # [B, 2, T, m, C]
-    else:
-        weights = weights[None, :, None]  # [1, 2, 1, m, C], broadcast by the product
-    return tf.matmul(weights, stacked)
+    if not conditioned:
+        return tf.matmul(weights[None, :, None], stacked)  # [1, 2, 1, m, C], broadcast
+    return _per_unit_product(tf.transpose(weights, [0, 2, 1, 3, 4]), stacked)  # [B, 2, T, m, C]
+
+
+def _per_unit_product(weights, candidates):
+    """``weights [..., m, C] @ candidates [..., C, X]`` over the same leading axes, as one
+    product with a single batch axis: oneDNN runs these many tiny products about a quarter
+    faster, forward and backward, than with several batch axes."""
+    shape = tf.shape(candidates)
+    m, c = weights.shape[-2], candidates.shape[-2] or shape[-2]
+    mixed = tf.matmul(tf.reshape(weights, [-1, m, c]), tf.reshape(candidates, [-1, c, shape[-1]]))
+    return tf.reshape(mixed, tf.concat([shape[:-2], [m], shape[-1:]], 0))
 
 
 def _mix_packed(packed, weights, conditioned):
@@ -76,10 +84,11 @@ def _mix_packed(packed, weights, conditioned):
     shape = tf.shape(packed)
     m = weights.shape[-2]
     if conditioned:  # [B, T, 2, m, C]
-        weights = tf.reshape(weights, [shape[0], shape[1], 2 * m, shape[2]])
+        mixed = _per_unit_product(
+            tf.reshape(weights, [shape[0], shape[1], 2 * m, shape[2]]), packed)
     else:  # [2, m, C], broadcast by the product
-        weights = tf.reshape(weights, [1, 1, 2 * m, shape[2]])
-    mixed = tf.reshape(tf.matmul(weights, packed), [shape[0], shape[1], 2, m, shape[3]])
+        mixed = tf.matmul(tf.reshape(weights, [1, 1, 2 * m, shape[2]]), packed)
+    mixed = tf.reshape(mixed, [shape[0], shape[1], 2, m, shape[3]])
     sides = tf.transpose(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
     return mixed * sides[None, :, :, None, :]
 
