@@ -158,9 +158,12 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
     dropout = property(lambda self: self.encoder.dropout)
 
     def build(self, input_shape=None):
+        # autocast=False: embed() casts the rows it gathers, not the whole table (which a
+        # read under a mixed policy would cast on every call).
         self.embeddings = self.add_weight(
             name="embeddings", shape=(self.vocabulary_size, self.hidden_dim),
-            initializer=self.embeddings_initializer, regularizer=self.embeddings_regularizer)
+            initializer=self.embeddings_initializer, regularizer=self.embeddings_regularizer,
+            autocast=False)
         self.encoder.build((None, None, self.hidden_dim))
         self.scorer.build((None, 2, None, self.hidden_dim))
         self.built = True
@@ -177,8 +180,9 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
         return {"graphs": graphs, "padding_mask": padding_mask}
 
     def embed(self, token_ids):
-        """The predictor's embeddings of ``token_ids`` (``[batch, T, hidden_dim]``)."""
-        return tf.gather(self._w(self.embeddings), token_ids)
+        """The predictor's embeddings of ``token_ids`` (``[batch, T, hidden_dim]``), in its
+        compute dtype: the rows gathered, then cast."""
+        return self._w(tf.gather(self.embeddings, token_ids))
 
     def _conv_stacks(self, token_ids, training):
         """The padding mask ``[B, T]`` and the CNNs' outputs, a list of ``[B, T, d]``."""
