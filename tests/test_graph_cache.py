@@ -225,6 +225,30 @@ def test_fed_classifier_gives_the_online_outputs_and_gradients(rng, variant):
                                    tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("candidates", [False, True])
+def test_a_bfloat16_cache_holds_the_predictors_own_graphs_and_feeds_them_uncast(rng, candidates):
+    from glomo_tf.precision import precision_scope
+
+    with precision_scope("mixed_bfloat16"):
+        predictor = make_predictor()
+        model = build_classifier(V, 3, "glomo_embeddings", graph_predictor=predictor,
+                                 embedding_dim=8, rnn_units=4, attention_heads=2, dropout=0.0)
+    ids = random_ids(rng, count=6)
+    cache = graph_cache.compute_graphs(predictor, ids, candidates=candidates)
+    stored = cache.candidates if candidates else cache.weights
+    assert stored.dtype == tf.bfloat16.as_numpy_dtype  # the predictor's compute dtype
+    for i in range(len(ids)):  # bit for bit the graphs it computes for each sentence alone
+        alone = predictor(ids[i:i + 1, :cache.lengths[i]], training=False)["graphs"][0]
+        assert alone.dtype == tf.bfloat16
+        np.testing.assert_array_equal(np.float32(cache.sentence(i)), np.float32(alone))
+    fed = GraphFedModel(model)
+    graphs = graph_cache.batch_of(cache, range(6), ids.shape[1])
+    cached = fed((ids, graphs), training=False)
+    assert [x.dtype for x in fed.fed_model.inputs[1:]] == ["bfloat16"]  # no cast on the way
+    np.testing.assert_allclose(np.float32(cached), np.float32(model(ids, training=False)),
+                               rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("candidates,temperature", [(False, None), (True, None), (True, 0.5)])
 def test_fit_from_the_cache_trains_the_weights_the_online_fit_trains(rng, candidates,
                                                                     temperature):

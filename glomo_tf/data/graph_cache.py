@@ -60,7 +60,9 @@ import numpy as np
 class GraphCache:
     """The graphs of ``N`` sentences, each cut to its own ``n`` units.
 
-    Sentence ``i``'s graphs are ``weights[offsets[i]:offsets[i + 1]]`` (float32), reshaped to
+    Sentence ``i``'s graphs are ``weights[offsets[i]:offsets[i + 1]]`` (in the dtype the
+    predictor computes them in: float32, or bfloat16 under a ``mixed_bfloat16`` policy, the values
+    the online path mixes, in half the memory and with no cast per step), reshaped to
     ``[2, L, K, n, n]`` (dense: ``k`` None) or ``[2, L, K, n, k]`` (top-k, with the source
     positions in ``indices``, int16 when they fit, else int32). ``support`` is the most sources
     with weight any row has: a top-k cache is exact when ``support <= k``; a dense one always is.
@@ -224,12 +226,13 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
     if top_k is not None:
         index_type = "int16" if token_ids.shape[1] < 2 ** 15 else "int32"
         indices = np.concatenate(indices_of).astype(index_type)
-    weights = (np.zeros([0], "float32") if candidates
-               else np.concatenate(weights_of).astype("float32"))
+    dtype = graphs.dtype.as_numpy_dtype if len(order) else np.float32  # the predictor's
+    weights = (np.zeros([0], dtype) if candidates
+               else np.concatenate(weights_of).astype(dtype))
     return GraphCache(weights, indices, offsets,
                       lengths.astype("int64"), shape, None if top_k is None else int(top_k),
                       support,
-                      np.concatenate(candidates_of).astype("float32") if candidates else None,
+                      np.concatenate(candidates_of).astype(dtype) if candidates else None,
                       formed.shape[2] if candidates and len(order) else 0)
 
 

@@ -93,8 +93,11 @@ def _graph_input(inputs):
 def _fed_twin(model, transfer, form):
     """``model`` as a functional model on ``[ids, *graph parts]``: each layer of ``transfer``
     called on ``[features, graphs]`` (graphs of ``form``, with the sizes of the layers'
-    predictor and mixture; float32, top-k indices int32), the others as they are; the same layer
-    objects."""
+    predictor and mixture; in the layers' compute dtype, top-k indices int32), the others as they
+    are; the same layer objects. The graphs' inputs take the compute dtype because this model
+    casts its float inputs to it on the way in (a Keras layer's autocast): float32 inputs would
+    cast them back, and the transfer layers again (a third of the cached-candidates step's
+    added time under ``mixed_bfloat16``)."""
     import keras
 
     from glomo_tf._keras_private import run_functional_graph
@@ -106,7 +109,8 @@ def _fed_twin(model, transfer, form):
               "top_k": [(2, layers, heads, None, None)] * 2,
               "candidates": [(2, None, mixture.distinct_candidates(layers, heads), None)],
               "packed_candidates": [(None, mixture.distinct_candidates(layers, heads), None)]}
-    dtypes = ["int32", "float32"] if form == "top_k" else ["float32"]
+    weights_dtype = transfer[0].compute_dtype
+    dtypes = ["int32", weights_dtype] if form == "top_k" else [weights_dtype]
     parts = [keras.Input(shape, dtype=dtype, name=f"graphs_{i}")
              for i, (shape, dtype) in enumerate(zip(shapes[form], dtypes))]
     fed = GraphInput(form, tuple(parts)).value()
