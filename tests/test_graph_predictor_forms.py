@@ -45,15 +45,18 @@ def predictor(rng, **kwargs):
     dict(coupled=True, composition="gru"),
     dict(coupled=True, composition="projected", threshold="scalar", normalization="entmax15"),
 ])
-def test_inference_cnn_form_matches_the_training_form(kwargs, rng):
+@pytest.mark.parametrize("ids", [IDS, IDS[:1]], ids=["padded", "unpadded"])
+def test_inference_cnn_form_matches_the_training_form(kwargs, ids, rng):
+    # A batch without padding takes both forms' unmasked branches (tf.cond), a padded one the
+    # masked ones.
     layer = predictor(rng, momentum=0.0, **kwargs)
-    training = layer(IDS, training=True)  # moving statistics := this batch's statistics
-    inference = layer(IDS, training=False)
+    training = layer(ids, training=True)  # moving statistics := this batch's statistics
+    inference = layer(ids, training=False)
     for key in ("graphs", "features") if layer.coupled else ("graphs",):
         np.testing.assert_allclose(inference[key], training[key], **TOLERANCE, err_msg=key)
     # and the statistics were really used: other moving statistics give other graphs
     layer.encoder.moving_means[0].assign(layer.encoder.moving_means[0] + 1.0)
-    assert np.abs(layer(IDS)["graphs"] - inference["graphs"]).max() > 1e-3
+    assert np.abs(layer(ids)["graphs"] - inference["graphs"]).max() > 1e-3
 
 
 @pytest.mark.parametrize("threshold,normalization,live_row_weight", [

@@ -233,10 +233,27 @@ class CausalConvEncoder(keras.layers.Layer):
         """Inference form, a list of ``S`` tensors ``[B, T, d]``: the batch norm folded into each
         convolution's kernel and bias, one ``conv2d`` a stack (oneDNN fuses the bias and the ReLU
         into it) over its own padded input, nothing tiled or windowed. Backward stacks pad on the
-        right and read the kernel's taps in reverse order."""
+        right and read the kernel's taps in reverse order. A batch without padding skips the
+        masking (``tf.cond``, as the training form; code that XLA compiles always masks)."""
+        if self.conv_layers == 0:
+            return [inputs] * self.stacks
+        if in_xla_context():
+            return self._inference_convs(inputs, conv_mask)
+        return tf.cond(tf.reduce_all(conv_mask > 0), lambda: self._inference_convs(inputs, None),
+                       lambda: self._inference_convs(inputs, conv_mask))
+
+    def _inference_convs(self, inputs, conv_mask):
+        """The inference form's layers, ``conv_mask [B, T, 1]`` zeroing the padded positions
+        before every convolution (None: nothing is padded)."""
         S, k, d = self.stacks, self.kernel_size, inputs.shape[-1]
         half = S // 2
-        stacks = [inputs] * S
+
+        def padded(x, backward):  # x_{t-k+1..t} forward, x_{t..t+k-1} backward
+            x = x if conv_mask is None else x * conv_mask  # padding never feeds a convolution
+            return tf.pad(x, [[0, 0], [0, k - 1] if backward else [k - 1, 0], [0, 0]])
+
+        # Every stack reads the inputs at the first layer: masked and padded once a direction.
+        stacks = [padded(inputs, False)] * half + [padded(inputs, True)] * half
         for i in range(self.conv_layers):
             # Fold in the variables' dtype (float32), then cast: no extra rounding under bf16.
             scale, shift = batch_norm_affine(self.moving_means[i], self.moving_variances[i],
@@ -245,15 +262,13 @@ class CausalConvEncoder(keras.layers.Layer):
             kernels = self._w(tf.reshape(self.kernels[i] * scale[:, 0], [S, k, d, d]))
             outputs = []
             for s in range(S):
-                x = stacks[s] * conv_mask  # padded positions never feed a convolution
-                if s < half:  # x_{t-k+1..t}
-                    x, kernel = tf.pad(x, [[0, 0], [k - 1, 0], [0, 0]]), kernels[s]
-                else:  # x_{t+k-1..t}: tap j reads x_{t+k-1-j}
-                    x, kernel = tf.pad(x, [[0, 0], [0, k - 1], [0, 0]]), tf.reverse(kernels[s], [0])
-                y = tf.nn.conv2d(x[:, None], kernel[None], strides=1, padding="VALID")
+                # backward: tap j reads x_{t+k-1-j}
+                kernel = kernels[s] if s < half else tf.reverse(kernels[s], [0])
+                y = tf.nn.conv2d(stacks[s][:, None], kernel[None], strides=1, padding="VALID")
                 outputs.append(tf.nn.relu(tf.nn.bias_add(y, shift[s]))[:, 0])
-            stacks = outputs
-        return stacks
+            if i + 1 < self.conv_layers:
+                stacks = [padded(x, s >= half) for s, x in enumerate(outputs)]
+        return outputs
 
     def compute_output_shape(self, inputs_shape, padding_mask_shape=None):
         return [tuple(inputs_shape)] * self.stacks
