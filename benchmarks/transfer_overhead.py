@@ -200,6 +200,12 @@ def main(argv=None):
     predictor_unchanged = all(np.array_equal(before, w.numpy())
                               for before, w in zip(predictor_before, predictor.weights))
 
+    # The physical limit: each model's matrix products (forward and backward, counted on its
+    # train step's graph) at this CPU's product rate in the run's precision.
+    flops = {v: _harness.matmul_flops(tf.function(models[v].train_step).get_concrete_function(
+        _as_tensors(tf, inputs[v][0])).graph) for v in names}
+    rate = max(_harness.matmul_rate(tf, "float32" if a.precision == "float32"
+                                    else "bfloat16").values())
     med = {v: statistics.median(ts) for v, ts in per_round.items()}
     added = {v: med[v] - med["none"] for v in names if v != "none"}
     ratios = {v: round(added[v] / added["mha"], 3) if added["mha"] else None
@@ -231,6 +237,13 @@ def main(argv=None):
         "ratio_added_over_mha_added_rounds": ratio_rounds,
         "ratio_added_over_mha_added_range": {
             v: [min(r), max(r)] if None not in r else None for v, r in ratio_rounds.items()},
+        "matmul_flops_per_step": {v: int(f) for v, f in flops.items()},
+        "matmul_gflop_per_s_n1024": rate,
+        "matmul_bound_added_ms": {v: round((flops[v] - flops["none"]) / (rate * 1e9) * 1000, 2)
+                                  for v in names if v != "none"},
+        "matmul_bound_note": "what each layer's matrix products (forward and backward) would take "
+                             "at this CPU's [1024, 1024] product rate, over the none model's; "
+                             "the layer's added time cannot go below it",
         "cache_fill": cache_fill,
         "parameters": params,
         "first_step_loss": first_loss,
@@ -251,6 +264,11 @@ def main(argv=None):
     }
     print(json.dumps(result, indent=1))
     return 0
+
+
+def _as_tensors(tf, batch):
+    """``(x, y)`` with every array a tensor (a dict of graphs keeps its keys)."""
+    return tf.nest.map_structure(tf.convert_to_tensor, batch)
 
 
 def cached_batches(a, predictor, batches, variant):

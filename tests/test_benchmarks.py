@@ -81,6 +81,17 @@ def test_transfer_overhead_json(outputs):
     assert result["config"]["propagation"] == "explicit"
     assert result["parameters"]["glomo"]["non_trainable"] > 0  # the frozen predictor
     assert result["parameters"]["mha"]["non_trainable"] == 0
+    # The physical limit: self-attention's added products counted by hand. Forward: the four
+    # [B T, d] x [d, d] projections and the two [T, T] x [T, d / heads] products per head;
+    # backward twice that (every operand needs its gradient: the embeddings train).
+    B, T, d = 2, 16, 8
+    forward = 4 * 2 * B * T * d * d + 2 * 2 * B * T * T * d
+    flops = result["matmul_flops_per_step"]
+    assert flops["mha"] - flops["none"] == 3 * forward
+    assert result["matmul_gflop_per_s_n1024"] > 0
+    assert result["matmul_bound_added_ms"]["mha"] == pytest.approx(
+        3 * forward / (result["matmul_gflop_per_s_n1024"] * 1e9) * 1e3, abs=0.006)
+    assert result["matmul_bound_added_ms"]["glomo"] > result["matmul_bound_added_ms"]["mha"]
 
 
 def test_explicit_skipped_beyond_max_t():
