@@ -226,7 +226,7 @@ def compute_graphs(predictor, token_ids, top_k=None, batch_size=256, candidates=
     if top_k is not None:
         index_type = "int16" if token_ids.shape[1] < 2 ** 15 else "int32"
         indices = np.concatenate(indices_of).astype(index_type)
-    dtype = graphs.dtype.as_numpy_dtype if len(order) else np.float32  # the predictor's
+    dtype = tf.as_dtype(predictor.compute_dtype).as_numpy_dtype
     weights = (np.zeros([0], dtype) if candidates
                else np.concatenate(weights_of).astype(dtype))
     return GraphCache(weights, indices, offsets,

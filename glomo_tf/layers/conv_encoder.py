@@ -69,6 +69,16 @@ def fused_batch_norm_relu(x, gamma, beta):
     return y, tf.reshape(mean, [S, 1, 1, d]), tf.reshape(variance, [S, 1, 1, d])
 
 
+def masked_if_padded(layers, conv_mask):
+    """``layers(conv_mask)`` where the batch holds padding, else ``layers(None)`` (no masking to
+    do), chosen by ``tf.cond`` on the mask. Code that XLA compiles always takes the masked form,
+    whose elementwise ops it fuses (with TensorFlow's fused batch norm inside a ``tf.cond`` the
+    float32 XLA pretraining step ran 8-15% slower)."""
+    if in_xla_context():
+        return layers(conv_mask)
+    return tf.cond(tf.reduce_all(conv_mask > 0), lambda: layers(None), lambda: layers(conv_mask))
+
+
 @keras.saving.register_keras_serializable(package="glomo_tf")
 class CausalConvEncoder(keras.layers.Layer):
     """``stacks`` convolution networks over one sequence, half causal and half anti-causal.
@@ -195,15 +205,8 @@ class CausalConvEncoder(keras.layers.Layer):
         of every stack's windows, then the batch norm with the batch's statistics, which move
         the moving statistics. A batch without padding (every pretraining window) skips the
         masking and takes the fused batch norm (:func:`fused_batch_norm_relu`), a padded one the
-        masked form (:func:`batch_norm_relu`). Code that XLA compiles always takes the masked
-        form, whose elementwise ops it fuses (with the fused kernel in a ``tf.cond`` the float32
-        XLA pretraining step ran 8-15% slower)."""
-        if in_xla_context():
-            x, statistics = self._conv_layers(x, conv_mask)
-        else:
-            x, statistics = tf.cond(tf.reduce_all(conv_mask > 0),
-                                    lambda: self._conv_layers(x, None),
-                                    lambda: self._conv_layers(x, conv_mask))
+        masked form (:func:`batch_norm_relu`; :func:`masked_if_padded`)."""
+        x, statistics = masked_if_padded(lambda mask: self._conv_layers(x, mask), conv_mask)
         for i, (mean, variance) in enumerate(statistics):
             self.moving_means[i].assign(self.momentum * self.moving_means[i]
                                         + (1 - self.momentum) * mean)
@@ -234,13 +237,10 @@ class CausalConvEncoder(keras.layers.Layer):
         convolution's kernel and bias, one ``conv2d`` a stack (oneDNN fuses the bias and the ReLU
         into it) over its own padded input, nothing tiled or windowed. Backward stacks pad on the
         right and read the kernel's taps in reverse order. A batch without padding skips the
-        masking (``tf.cond``, as the training form; code that XLA compiles always masks)."""
+        masking (:func:`masked_if_padded`, as the training form)."""
         if self.conv_layers == 0:
             return [inputs] * self.stacks
-        if in_xla_context():
-            return self._inference_convs(inputs, conv_mask)
-        return tf.cond(tf.reduce_all(conv_mask > 0), lambda: self._inference_convs(inputs, None),
-                       lambda: self._inference_convs(inputs, conv_mask))
+        return masked_if_padded(lambda mask: self._inference_convs(inputs, mask), conv_mask)
 
     def _inference_convs(self, inputs, conv_mask):
         """The inference form's layers, ``conv_mask [B, T, 1]`` zeroing the padded positions

@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from glomo_tf import hparams
 from glomo_tf.hparams import COMPOSITIONS
-from glomo_tf.layers._common import compute_cast, direction_rows, gru_update
+from glomo_tf.layers._common import (compute_cast, direction_rows, gru_update, with_bias_row,
+                                      with_ones_column)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -173,16 +174,13 @@ class FeaturePredictor(keras.layers.Layer):
                 self._w(self.bias)
         # The cell runs direction-major, [2, B * T, .]: one product per direction and gate set
         # (as einsums over [B, 2, T, .], the weight gradients transposed both operands). Each
-        # bias rides in its product as one more input row against a column of ones: a separate
-        # add and its gradient, a sum over the B T rows, cost more than the extra row.
-        cell_input = _direction_major(tf.concat(
-            [message * features, message, tf.ones_like(message[..., :1])], axis=-1))
+        # bias rides in its product as one more input row (with_ones_column).
+        cell_input = _direction_major(with_ones_column(message * features, message))
         state = _direction_major(features)
-        gates_x = tf.matmul(cell_input, self._w(tf.concat([self.input_kernel,
-                                                           self.input_bias[0]], axis=1)))
-        gates_h = tf.matmul(tf.concat([state, tf.ones_like(state[..., :1])], axis=-1),
-                            self._w(tf.concat([self.recurrent_kernel, self.recurrent_bias[0]],
-                                              axis=1)))
+        gates_x = tf.matmul(cell_input,
+                            self._w(with_bias_row(self.input_kernel, self.input_bias[0])))
+        gates_h = tf.matmul(with_ones_column(state),
+                            self._w(with_bias_row(self.recurrent_kernel, self.recurrent_bias[0])))
         return _batch_major(gru_update(gates_x, gates_h, state), tf.shape(features))
 
     _w = compute_cast

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import hparams, ops
+from glomo_tf.layers._common import float32_sigmoid
 from glomo_tf.layers.graph_input import GraphInput, shape_of
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
 from glomo_tf.layers.graph_predictor import GraphPredictor, optional_graph_predictor
@@ -257,10 +258,8 @@ class GlomoTransfer(keras.layers.Layer):
         shape = tf.shape(fused)
         both = tf.matmul(tf.reshape(fused, [-1, kernel.shape[0]]), kernel) + bias
         value, gate = tf.split(both, 2, axis=-1)
-        # The sigmoid in float32: a CPU computes a bfloat16 sigmoid and its gradient about
-        # twice as slowly as the float32 one with the casts around it (and rounds them worse).
-        gate = tf.cast(tf.sigmoid(tf.cast(gate, tf.float32)), dtype)
-        return tf.reshape(value * gate, tf.concat([shape[:-1], [self._units]], 0))
+        return tf.reshape(value * float32_sigmoid(gate),
+                          tf.concat([shape[:-1], [self._units]], 0))
 
     def compute_mask(self, inputs, mask=None):
         features, token_ids, _ = self._split_inputs(inputs)
