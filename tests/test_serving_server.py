@@ -1061,17 +1061,13 @@ def test_float_tokens_are_the_shortest_round_trip_texts_for_sparse_and_dense_arr
                     repr(np.float32(value).item())), (token, value)
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_response_json_parses_back_to_the_same_arrays_with_and_without_orjson(rng, monkeypatch,
-                                                                              fast):
-    """The orjson path (the `serve` extra) and the standard-library path write texts that parse
-    back to the very arrays, in both response formats: every float32 exactly (signed zeros,
-    subnormals, the extremes), NaN and infinities spelled as TF Serving spells them."""
+def test_response_json_parses_back_to_the_same_arrays(rng):
+    """What orjson writes (finite numbers, UTF-8 strings) and what the general path writes
+    (float16, a non-UTF-8 string) parse back to the very arrays, in both response formats: every
+    float32 exactly (signed zeros, subnormals, the extremes), NaN and infinities spelled as TF
+    Serving spells them."""
     import json
     from glomo_tf.serving import tensors
-    if fast and tensors.orjson is None:
-        pytest.fail("orjson is part of the `serve` extra the tests install")
-    monkeypatch.setattr(tensors, "FAST_JSON", fast)
     tiny = np.finfo(np.float32).smallest_subnormal
     floats = rng.normal(size=(2, 3, 40)).astype(np.float32)
     floats[rng.random(floats.shape) < 0.5] = 0.0
@@ -1101,12 +1097,12 @@ def test_response_json_parses_back_to_the_same_arrays_with_and_without_orjson(rn
                           nonfinite, equal_nan=True)
 
 
-def test_string_tensors_written_by_orjson_are_the_standard_library_text(monkeypatch):
-    """String tensors go through orjson in one call (the `serve` extra): the text equals the
-    standard library's element by element (``json.dumps(..., ensure_ascii=False)``) for quotes,
-    backslashes, every control character, non-ASCII and astral characters, in both response
-    formats; a tensor with an element that is not UTF-8 is written the standard way (that
-    element as ``{"b64": ...}``), as is a ``*_bytes`` output."""
+def test_string_tensors_written_by_orjson_are_the_standard_library_text():
+    """String tensors go through orjson in one call: the text equals the standard library's
+    element by element (``json.dumps(..., ensure_ascii=False)``) for quotes, backslashes, every
+    control character, non-ASCII and astral characters, in both response formats; a tensor with
+    an element that is not UTF-8 is written the general way (that element as ``{"b64": ...}``),
+    as is a ``*_bytes`` output."""
     import json
     from glomo_tf.serving import tensors
     tricky = ['say "hi"\\', "".join(map(chr, range(32))) + "\x7f",
@@ -1120,21 +1116,26 @@ def test_string_tensors_written_by_orjson_are_the_standard_library_text(monkeypa
         "ids_bytes": np.array([[b"ab"], [b"c"]], dtype=object),
         "empty": np.zeros((2, 0), dtype=object),
     }
-    texts = {}
-    for fast in (True, False):
-        monkeypatch.setattr(tensors, "FAST_JSON", fast)
-        texts[fast] = (tensors.columnar_json(outputs), tensors.row_json(outputs),
-                       tensors.array_to_json(np.array(b"scalar", dtype=object)))
-    assert texts[True] == texts[False]
-    doc = json.loads(texts[True][0])["outputs"]
+
+    def standard(value):  # the standard library's text, element by element
+        if isinstance(value, list):
+            return "[" + ",".join(standard(v) for v in value) + "]"
+        return json.dumps(value, ensure_ascii=False)
+
+    columnar = tensors.columnar_json(outputs)
+    doc = json.loads(columnar)["outputs"]
     assert doc["tokens"][0] == tricky and doc["unicode"] == [["x", "\u00e9"], ["y", "z"]]
     assert doc["raw"] == [["ok", {"b64": "/w=="}], ["a", "b"]]
     assert doc["ids_bytes"] == [[{"b64": "YWI="}], [{"b64": "Yw=="}]]
-    monkeypatch.setattr(tensors, "FAST_JSON", True)
+    assert doc["empty"] == [[], []]
     for name in ("tokens", "unicode", "fixed"):  # the one-call path is the one taken
-        assert tensors._fast_strings(outputs[name]) == json.dumps(doc[name], ensure_ascii=False,
-                                                                  separators=(",", ":"))
-    assert tensors._fast_strings(outputs["raw"]) is None
+        assert tensors._orjson_text(outputs[name]) == standard(doc[name])
+        assert tensors.array_to_json(outputs[name], name) == standard(doc[name])
+        rows = json.loads(tensors.row_json({name: outputs[name]}))["predictions"]
+        assert rows == doc[name]
+    assert tensors._orjson_text(outputs["raw"]) is None
+    assert tensors._orjson_text(outputs["tokens"], as_bytes=True) is None
+    assert tensors.array_to_json(np.array(b"scalar", dtype=object)) == '"scalar"'
 
 
 def _read_back(outputs):
@@ -1153,7 +1154,6 @@ def test_simdjson_reader_gives_the_very_arrays_the_server_wrote(rng):
     64-bit integers at their limits, every integer width; strings (b64 for non-UTF-8) and bools go
     the general way inside the same answer; a scalar output and a single unnamed output too."""
     from glomo_tf.serving import tensors
-    assert tensors.FAST_ARRAYS, "pysimdjson is part of the `serve` extra the tests install"
     tiny = np.finfo(np.float32).smallest_subnormal
     floats = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
     floats[rng.random(floats.shape) < 0.5] = 0.0
@@ -1195,10 +1195,9 @@ def test_simdjson_reader_leaves_what_it_cannot_take_to_the_general_path(payload,
     assert tensors.read_outputs(payload, types) is None
 
 
-def test_simdjson_reader_is_off_without_pysimdjson_and_survives_a_held_document(monkeypatch):
+def test_simdjson_reader_survives_a_held_document():
     """Each thread reuses one parser; a document still referenced (which makes simdjson refuse
-    to reuse its parser) costs a fresh parser, not an error; without pysimdjson the reader
-    declines and the client reads answers the general way."""
+    to reuse its parser) costs a fresh parser, not an error."""
     from glomo_tf.serving import tensors
     payload = b'{"outputs": {"a": [[1.0, 2.0]], "b": [3]}}'
     types = {"a": "DT_FLOAT", "b": "DT_INT64"}
@@ -1211,8 +1210,6 @@ def test_simdjson_reader_is_off_without_pysimdjson_and_survives_a_held_document(
         return tensors.read_outputs(payload, types)["a"].sum()
     with futures.ThreadPoolExecutor(4) as pool:
         assert list(pool.map(read, range(64))) == [3.0] * 64
-    monkeypatch.setattr(tensors, "FAST_ARRAYS", False)
-    assert tensors.read_outputs(payload, types) is None
 
 
 def test_parsing_pauses_the_garbage_collector_and_restores_it(monkeypatch):
@@ -1227,8 +1224,7 @@ def test_parsing_pauses_the_garbage_collector_and_restores_it(monkeypatch):
         seen.append(gc.isenabled())
         return real(text, *args, **kwargs)
 
-    monkeypatch.setattr(tensors, "FAST_JSON", False)
-    monkeypatch.setattr(tensors.json, "loads", spy)
+    monkeypatch.setattr(tensors.json, "loads", spy)  # NaN: orjson refuses, json reads
     was = gc.isenabled()
     try:
         for enabled in (True, False):

@@ -26,13 +26,14 @@ import socket
 import threading
 import time
 import urllib.parse
-from http import HTTPStatus
+from http.client import responses
 
 import numpy as np
 
 from glomo_tf.serving.core import message_json, metadata_json
 from glomo_tf.serving.errors import CODES, ServingError, from_http_status
-from glomo_tf.serving.tensors import NUMPY_DTYPES, json_to_numpy, loads, read_outputs
+from glomo_tf.serving.tensors import (NUMPY_DTYPES, array_to_json, json_to_numpy, loads,
+                                      read_outputs)
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -164,26 +165,6 @@ class _Connection:
         self.sock.close()
 
 
-def _json_value(array):
-    if array.dtype == object:
-        def encode(item):
-            try:
-                return item.decode("utf-8")
-            except UnicodeDecodeError:
-                return {"b64": base64.b64encode(item).decode("ascii")}
-        flat = [encode(item) for item in array.ravel().tolist()]
-        if array.ndim == 0:
-            return flat[0]
-        holder = np.empty(len(flat), dtype=object)
-        holder[:] = flat
-        return holder.reshape(array.shape).tolist()
-    return array.tolist()
-
-
-class _ReadOutputs(dict):
-    """A predict answer's outputs already read into arrays (not a JSON document)."""
-
-
 class ServingClient:
     """Calls one served model.
 
@@ -245,7 +226,7 @@ class ServingClient:
     def status(self):
         """``[{"version", "state", "error_code", "error_message"}]``, newest version first."""
         if self.protocol == "rest":
-            doc = self._retrying(lambda: self._rest("GET", self._prefix))
+            doc = self._document("GET", self._prefix)
             entries = doc.get("model_version_status", [])
         else:
             from tensorflow_serving.apis import get_model_status_pb2
@@ -261,7 +242,7 @@ class ServingClient:
     def metadata(self):
         """The model's metadata in TF Serving's REST form (``model_spec`` + ``signature_def``)."""
         if self.protocol == "rest":
-            return self._retrying(lambda: self._rest("GET", self._prefix + "/metadata"))
+            return self._document("GET", self._prefix + "/metadata")
         from tensorflow_serving.apis import get_model_metadata_pb2
         request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
         self._fill_spec(request.model_spec)
@@ -381,10 +362,10 @@ class ServingClient:
             connection.close()
             self._local.connection = None
 
-    def _rest(self, method, path, body=None, read=None):
-        """The JSON object a request answers, or ``read(payload)`` of a 200 answer where that is
-        not None (a faster reader for the answers it knows)."""
-        data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+    def _rest(self, method, path, body=None):
+        """The payload of a request's 200 answer (``body``: JSON text or None); any other
+        answer raised as the :class:`ServingError` its status and ``{"error": ...}`` name."""
+        data = None if body is None else body.encode("utf-8")
         while True:
             reused = False
             try:
@@ -404,44 +385,46 @@ class ServingClient:
                                    f"{type(error).__name__}: {error}") from None
         if not keep_alive:
             self._drop_connection()
-        if read is not None and status == 200:
-            result = read(payload)
-            if result is not None:
-                return result
+        if status == 200:
+            return payload
         try:
-            doc = loads(payload) if payload else {}
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            message = loads(payload).get("error")
+        except (ValueError, AttributeError):
+            message = None
+        if not isinstance(message, str):  # not TF Serving's {"error": ...}
+            message = payload[:500].decode("utf-8", "replace") or responses.get(
+                status, f"HTTP status {status}")
+        raise ServingError(from_http_status(status), message, status)
+
+    def _document(self, method, path):
+        """The JSON object a GET answers."""
+        doc = self._retrying(lambda: self._rest(method, path))
+        try:
+            doc = loads(doc)
+        except ValueError:
             doc = None
-        if status != 200:
-            message = doc.get("error") if isinstance(doc, dict) else None
-            if message is None:
-                message = payload[:500].decode("utf-8", "replace") or _reason(status)
-            raise ServingError(from_http_status(status), message, status)
         if not isinstance(doc, dict):
             raise ServingError("INTERNAL", f"{method} {self.target}{path}: the response is not a "
                                "JSON object")
         return doc
 
     def _predict_rest(self, arrays, signature_name, spec):
-        body = {"signature_name": signature_name,
-                "inputs": {alias: _json_value(array) for alias, array in arrays.items()}}
-        shapes = self._output_shapes.get(signature_name, {})
-
-        def read(payload):
-            outputs = read_outputs(payload, spec["outputs"])
-            return None if outputs is None else _ReadOutputs(outputs)
-
-        doc = self._retrying(lambda: self._rest("POST", self._prefix + ":predict", body, read))
-        if isinstance(doc, _ReadOutputs):
-            return dict(doc)
-        if "outputs" not in doc:
-            raise ServingError("INTERNAL", f"the response has no 'outputs': {list(doc)}")
-        outputs = doc["outputs"]
-        names = sorted(spec["outputs"])
-        if len(names) == 1:
-            outputs = {names[0]: outputs}
+        body = ('{"signature_name": ' + json.dumps(signature_name) + ', "inputs": {' + ", ".join(
+            json.dumps(alias) + ": " + array_to_json(array) for alias, array in arrays.items())
+            + "}}")
+        payload = self._retrying(lambda: self._rest("POST", self._prefix + ":predict", body))
+        outputs = read_outputs(payload, spec["outputs"])
+        if outputs is not None:
+            return outputs
+        try:
+            outputs = loads(payload)["outputs"]
+        except (ValueError, TypeError, KeyError):
+            raise ServingError("INTERNAL", "the response has no 'outputs'") from None
+        if len(spec["outputs"]) == 1:
+            outputs = {next(iter(spec["outputs"])): outputs}
         elif not isinstance(outputs, dict):
             raise ServingError("INTERNAL", "expected an object of outputs in the response")
+        shapes = self._output_shapes.get(signature_name, {})
         return {alias: _restore_empty_dims(json_to_numpy(value, spec["outputs"].get(alias, "")),
                                            shapes.get(alias))
                 for alias, value in outputs.items()}
@@ -476,14 +459,6 @@ class ServingClient:
             request.output_filter.extend(output_filter)
         response = self._retrying(lambda: self._grpc(self._prediction.Predict, request))
         return {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
-
-
-def _reason(status):
-    """An HTTP status's phrase, for an error answer without a body."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:  # not a standard status
-        return f"HTTP status {status}"
 
 
 def extract(texts, target="localhost:8501", model_name="default", *, protocol="rest",

@@ -15,6 +15,7 @@ load is retried on later polls, up to ``max_num_load_retries`` times, or again o
 """
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -254,19 +255,11 @@ def client_message(message):
     return " ".join(part.strip() for part in parts if part.strip()) or message
 
 
-_SERVING_OPS = {"loaded": False}
-
-
+@functools.cache
 def register_serving_ops():
-    """Register the tensorflow-text tokenizer kernels that TF Serving links in (once).
-
-    Stock TF Serving runs core TensorFlow ops plus those three tokenizers, so a SavedModel that
-    loads there (a GLoMo export included) loads here, in a process that never imported
-    ``tensorflow_text``. Without tensorflow-text installed, only core ops are available.
-    """
-    if _SERVING_OPS["loaded"]:
-        return
-    _SERVING_OPS["loaded"] = True
+    """Register the tensorflow-text tokenizer kernels that TF Serving links in (once), so a
+    SavedModel that loads there (a GLoMo export included) loads here, in a process that never
+    imported ``tensorflow_text``. Without tensorflow-text installed, only core ops are there."""
     try:
         from glomo_tf.export.serving_ops import load_serving_ops
         load_serving_ops()

@@ -75,16 +75,27 @@ def error_response(status, message):
         {"error": message}, ensure_ascii=False).encode("utf-8"))
 
 
+def parse_path(method, path):
+    """``(model name, version, label, verb)`` of a TF Serving REST path (``verb``: ``predict``,
+    ``classify``, ``regress``, ``metadata`` or ``""`` for the status), or None."""
+    pattern = PREDICT_PATH if method == "POST" else STATUS_PATH if method == "GET" else None
+    matched = pattern.fullmatch(path) if pattern else None
+    if matched is None:
+        return None
+    name, version, label, verb = matched.groups()
+    return (urllib.parse.unquote(name or ""), None if version is None else int(version),
+            None if label is None else urllib.parse.unquote(label), (verb or "").lower())
+
+
 def route_of(method, path):
     """``(model name, API)`` of a request path, as the metrics label them."""
-    matched = PREDICT_PATH.fullmatch(path) if method == "POST" else None
-    if matched:
-        return urllib.parse.unquote(matched.group(1)), matched.group(4).lower()
-    matched = STATUS_PATH.fullmatch(path) if method == "GET" else None
-    if matched:
-        api = "GetModelMetadata" if matched.group(4) else "GetModelStatus"
-        return urllib.parse.unquote(matched.group(1) or ""), api
-    return "", "other"
+    parsed = parse_path(method, path)
+    if parsed is None:
+        return "", "other"
+    name, _, _, verb = parsed
+    if method == "POST":
+        return name, verb
+    return name, "GetModelMetadata" if verb else "GetModelStatus"
 
 
 # ----------------------------------------------------------------------------- request decoding
@@ -234,30 +245,17 @@ class RestApi:
     def dispatch(self, method, path, body):
         """``(HTTP status, JSON text)``, or for a prediction ``(200, work)``: the decoded request,
         whose ``work()`` runs it and returns the JSON text."""
-        matched = None
-        if method == "POST":
-            matched = PREDICT_PATH.fullmatch(path)
-        elif method == "GET":
-            matched = STATUS_PATH.fullmatch(path)
-        if matched is None:
+        parsed = parse_path(method, path)
+        if parsed is None:
             raise invalid(f"Malformed request: {method} {path}")
-        name = urllib.parse.unquote(matched.group(1) or "")
-        version = matched.group(2)
-        if version is not None:
-            try:
-                version = int(version)
-            except ValueError:
-                raise invalid(f"Failed to convert version: {version} to numeric.") from None
-        label = matched.group(3)
-        label = urllib.parse.unquote(label) if label is not None else None
-        verb = matched.group(4).lower() if matched.group(4) else None
-        if method == "GET":
-            if verb == "metadata":
-                return 200, self.metadata(name, version, label)
-            return 200, self.status(name, version, label)
+        name, version, label, verb = parsed
+        if verb == "metadata":
+            return 200, self.metadata(name, version, label)
         if verb == "predict":
             return 200, self.predict(name, version, label, body)
-        return 200, self.classify_or_regress(verb, name, version, label, body)
+        if verb:
+            return 200, self.classify_or_regress(verb, name, version, label, body)
+        return 200, self.status(name, version, label)
 
     def status(self, name, version, label):
         return json.dumps(message_json(self.core.status_response(name, version, label)), indent=1)

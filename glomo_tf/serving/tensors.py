@@ -24,23 +24,20 @@ import numpy as np
 from glomo_tf.serving.errors import ServingError, invalid
 from glomo_tf.serving.limits import RequestLimits
 
-try:  # the `serve` extra installs orjson: numeric arrays written and read in C, not per element
-    import orjson
-except ImportError:  # pragma: no cover - exercised by forcing FAST_JSON off in the tests
-    orjson = None
-FAST_JSON = orjson is not None
-try:  # and pysimdjson: a response's numeric tensors read into arrays without a Python number each
+try:  # the `serve` extra: orjson writes (and reads) numeric tensors in C, not per element;
+    import orjson  # pysimdjson reads an answer's numeric tensors straight into arrays
     import simdjson
-except ImportError:  # pragma: no cover - exercised by forcing FAST_ARRAYS off in the tests
-    simdjson = None
-FAST_ARRAYS = simdjson is not None
+except ImportError as missing:
+    raise ImportError(f"glomo_tf.serving needs the `serve` extra ({missing.name} is not "
+                      "installed): pip install 'glomo_tf[serve]'") from None
 # dtypes orjson writes exactly as this module does (shortest round-trip text of the value's own
 # precision); float16 is left out: orjson writes it with float32's digits (0.099975586, not 0.1).
-FAST_JSON_KINDS = frozenset((np.dtype(t) for t in (
+ORJSON_KINDS = frozenset((np.dtype(t) for t in (
     np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.bool_)))
 
 DEFAULT_LIMITS = RequestLimits()
+UNLIMITED = RequestLimits(1 << 62, 1 << 62, 64, 1 << 62)  # what a client reads of an answer
 
 # TF DataType names (as the metadata JSON spells them) -> NumPy dtype. bfloat16 has no NumPy
 # dtype: it is carried as float32 on the NumPy side, and TensorFlow casts it at the model.
@@ -278,28 +275,17 @@ def _nest(tokens):
     return rows[0]
 
 
-def _fast_json_applies(array):
-    """Whether orjson writes ``array`` as this module would: not without orjson, nor for strings,
-    float16, or NaN and infinity (which orjson writes as ``null``)."""
-    if not FAST_JSON or array.dtype not in FAST_JSON_KINDS:
-        return False
-    return array.dtype.kind != "f" or bool(np.isfinite(array).all())
-
-
-def _fast_json(value):
-    """orjson's text of an array or NumPy scalar that :func:`_fast_json_applies` to."""
-    if isinstance(value, np.ndarray):
-        value = np.ascontiguousarray(value)
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-
-
-def _fast_strings(array):
-    """orjson's text of a string tensor (``[]`` nesting of its elements' JSON strings), or None
-    without orjson, for an empty dimension, or where an element is not UTF-8 (it is written as
-    ``{"b64": ...}``). orjson escapes exactly the characters ``json.dumps(...,
-    ensure_ascii=False)`` does, so the text is the same, written in C instead of one call per
-    element."""
-    if not FAST_JSON or array.dtype.kind not in "OSU" or 0 in array.shape:
+def _orjson_text(array, as_bytes=False):
+    """orjson's text of a tensor, where it is this module's text written in C: numbers of
+    :data:`ORJSON_KINDS` that are all finite (orjson writes NaN as ``null``), and string tensors
+    (orjson escapes exactly the characters ``json.dumps(..., ensure_ascii=False)`` does) that
+    are UTF-8, not under a ``*_bytes`` name, and have no empty dimension. Else None."""
+    if array.dtype in ORJSON_KINDS:
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            return None
+        value = array[()] if array.ndim == 0 else np.ascontiguousarray(array)
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    if as_bytes or array.dtype.kind not in "OSU" or 0 in array.shape:
         return None
     try:
         texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v)
@@ -313,15 +299,9 @@ def _fast_strings(array):
 
 def array_to_json(array, name=""):
     """JSON text of one tensor (strings under a ``*_bytes`` name as ``{"b64": ...}``)."""
-    array = np.asarray(array)
-    if array.ndim and _fast_json_applies(array):
-        return _fast_json(array)
-    as_bytes = name.endswith(BYTES_SUFFIX)
-    if not as_bytes:
-        text = _fast_strings(array)
-        if text is not None:
-            return text
-    return _nest(_tokens(array, as_bytes))
+    array, as_bytes = np.asarray(array), name.endswith(BYTES_SUFFIX)
+    text = _orjson_text(array, as_bytes)
+    return text if text is not None else _nest(_tokens(array, as_bytes))
 
 
 def columnar_json(outputs):
@@ -352,17 +332,12 @@ def row_json(outputs):
     names = sorted(outputs)
     per_output = {}
     for name in names:
-        value = np.asarray(outputs[name])
-        if _fast_json_applies(value):
-            per_output[name] = [_fast_json(row) for row in value]
-            continue
-        as_bytes = name.endswith(BYTES_SUFFIX)
-        rows = None if as_bytes else [_fast_strings(np.asarray(row)) for row in value]
-        if rows is not None and None not in rows:
-            per_output[name] = rows
-            continue
-        tokens = _tokens(value, as_bytes)
-        per_output[name] = [_nest(tokens[i]) for i in range(batch)]
+        value, as_bytes = np.asarray(outputs[name]), name.endswith(BYTES_SUFFIX)
+        rows = [_orjson_text(np.asarray(row), as_bytes) for row in value]
+        if None in rows:
+            tokens = _tokens(value, as_bytes)
+            rows = [_nest(tokens[i]) for i in range(batch)]
+        per_output[name] = rows
     if len(names) == 1:
         rows = per_output[names[0]]
     else:
@@ -403,15 +378,12 @@ collection_paused = _CollectionPaused()
 
 
 def loads(payload):
-    """``json.loads`` of a response body (bytes), through orjson when it is installed; bodies
-    holding ``NaN``/``Infinity`` (which orjson refuses) go through the standard library."""
+    """``json.loads`` of a response body (bytes), through orjson; bodies holding ``NaN``/``Infinity`` (which orjson refuses) go through the standard library."""
     with collection_paused:
-        if FAST_JSON:
-            try:
-                return orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                pass
-        return json.loads(payload.decode("utf-8"))
+        try:
+            return orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return json.loads(payload.decode("utf-8"))
 
 
 # dtype name -> simdjson's buffer type ("d" double, "i" int64, "u" uint64) and the array's dtype.
@@ -432,11 +404,9 @@ def read_outputs(payload, output_types):
     and cast as ``np.asarray`` casts Python numbers. The shape is read from the first element at
     each depth and must account for every number (servers write dense tensors: a ragged nesting is
     caught where its count differs, not where it happens to match); an answer this reader cannot
-    take whole (no simdjson, ``NaN``/``Infinity``, a leaf of the wrong type, an integer out of its
+    take whole (``NaN``/``Infinity``, a leaf of the wrong type, an integer out of its
     type's range, an empty dimension) is left to the general path, which reads or refuses it as
     before. ``output_types`` is ``{alias: dtype name}`` from the signature's metadata."""
-    if not FAST_ARRAYS:
-        return None
     try:
         doc = _parse(payload)
     except ValueError:  # not strict JSON (NaN, Infinity): the general path reads it
@@ -507,31 +477,12 @@ def _read_numbers(value, buffer_type, dtype):
 
 
 def json_to_numpy(value, dtype_name):
-    """Decode a response tensor (nested lists from ``json.loads``) to an array of ``dtype_name``.
-
-    Strings come back as ``bytes`` objects in an object array, like ``tensor.numpy()`` gives them.
-    """
-    if dtype_name == "DT_STRING":
-        shape = dense_shape(value)
-        flat = []
-
-        def walk(item):
-            if isinstance(item, list):
-                for element in item:
-                    walk(element)
-            elif is_b64_object(item):
-                flat.append(decode_b64(item))
-            elif isinstance(item, str):
-                flat.append(item.encode("utf-8"))
-            else:
-                raise ServingError("INTERNAL", f"expected a string in the response, got "
-                                   f"{show(item)}")
-
-        walk(value)
-        array = np.empty(len(flat), dtype=object)
-        array[:] = flat
-        return array.reshape(shape)
-    dtype = NUMPY_DTYPES.get(dtype_name)
-    if dtype is None:
-        return np.asarray(value)
-    return np.asarray(value, dtype=dtype)
+    """A response tensor (nested lists from :func:`loads`) as an array of ``dtype_name``; strings
+    as ``bytes`` objects (``{"b64": ...}`` decoded), as ``tensor.numpy()`` gives them."""
+    if dtype_name != "DT_STRING":
+        return np.asarray(value, dtype=NUMPY_DTYPES.get(dtype_name))
+    try:
+        return json_to_array(value, dtype_name, UNLIMITED)
+    except ServingError as error:
+        raise ServingError("INTERNAL", f"a malformed string tensor in the response: "
+                           f"{error.message}") from None
