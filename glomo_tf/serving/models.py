@@ -412,10 +412,6 @@ class ModelManager:
             for name in self._configs:
                 self._versions.setdefault(name, {})
 
-    def model_names(self):
-        with self._lock:
-            return sorted(self._configs)
-
     # -- polling
     def start(self):
         if self.poll_seconds and self.poll_seconds > 0 and self._thread is None:
