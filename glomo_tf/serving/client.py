@@ -20,7 +20,6 @@ UNAVAILABLE (connection refused or reset, HTTP 503, gRPC UNAVAILABLE). Failures 
 :class:`~glomo_tf.serving.errors.ServingError` with the server's canonical status code and message.
 """
 
-import base64
 import json
 import socket
 import threading
