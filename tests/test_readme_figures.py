@@ -641,6 +641,47 @@ def test_sentence_encoder_figures_come_from_the_recorded_run():
             f"largest, {max(chosen):g}") in flat
 
 
+def test_wider_encoder_figures_come_from_the_recorded_run():
+    """The width row: the full model with GRUs of 512 a direction, every other setting as the
+    recorded 128-unit run's, its table and the differences the page quotes."""
+    doc = page("docs/guides/related-models.md")
+    flat = " ".join(doc.split())
+    wide, narrow = load("sentence_encoders_units512.json"), load("sentence_encoders_long.json")
+    assert (wide["settings"]["units"], narrow["settings"]["units"]) == (512, 128)
+    for key in ("embedding_dim", "batch_size", "epochs", "steps_per_epoch", "learning_rate",
+                "seed", "vocab_size", "max_length", "folds", "inner_folds", "c_values", "tasks"):
+        assert wide["settings"][key] == narrow["settings"][key], key
+    assert wide["pretraining"]["QT+SP+G2L"]["steps"] == 1440
+    for row in wide["table"].splitlines():
+        assert row in doc, f"page lacks: {row}"
+    tasks = ("mr", "subj", "sst2")
+
+    def shown(scores):  # the table's one-decimal figures
+        return [round(100 * scores[t]["accuracy"], 1) for t in tasks]
+
+    def fmt(values):
+        return " / ".join(f"{v:.1f}" for v in values)
+
+    def gap(a, b):
+        return fmt(x - y for x, y in zip(shown(a), shown(b)))
+
+    full, bow, rand = (wide["probe"][name] for name in ("QT+SP+G2L", "bow", "random"))
+    old = narrow["probe"]
+    assert (f"the full model reaches {fmt(shown(full))} ({fmt(shown(old['QT+SP+G2L']))} at 128 "
+            f"units), its bag of words {fmt(shown(bow))} and the random encoder of its size "
+            f"{fmt(shown(rand))}") in flat
+    assert (f"narrows from {gap(old['bow'], old['QT+SP+G2L'])} points to {gap(bow, full)}, "
+            "above it on none of the three tasks") in flat
+    assert not any(wide["comparisons"]["beats_bow_and_random"]["QT+SP+G2L"].values())
+    assert (f"the random encoder gains {gap(rand, old['random'])} points from 512 to 2,048 "
+            f"dimensions, the trained one {gap(full, old['QT+SP+G2L'])}") in flat
+    pre = wide["pretraining"]["QT+SP+G2L"]
+    assert f"({pre['last_epoch']['qt_loss']:.2f} against `ln 100` = 4.61; " in flat
+    assert f"the 1,440 steps took {pre['wall_time_s']:,.0f} s on two threads" in flat
+    assert f"{pre['wall_time_s'] / 1440:.1f} s a step of 100" in flat
+    assert f"the probe {wide['probe_wall_time_s'] / 60:.0f} min" in flat
+
+
 def test_book_scale_sentence_encoder_figures_come_from_the_recorded_curve():
     doc = page("docs/guides/related-models.md")
     flat = " ".join(doc.split())
