@@ -378,7 +378,8 @@ collection_paused = _CollectionPaused()
 
 
 def loads(payload):
-    """``json.loads`` of a response body (bytes), through orjson; bodies holding ``NaN``/``Infinity`` (which orjson refuses) go through the standard library."""
+    """``json.loads`` of a response body (bytes), through orjson; bodies holding
+    ``NaN``/``Infinity`` (which orjson refuses) go through the standard library."""
     with collection_paused:
         try:
             return orjson.loads(payload)
