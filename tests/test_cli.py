@@ -142,6 +142,7 @@ def test_each_command_prints_nothing_on_stderr_on_a_small_real_run(tmp_path):
     TF_CPP_MIN_LOG_LEVEL and with its output in a pipe: stderr stays empty (no TensorFlow/CUDA
     start-up lines, no Keras or Python warnings), stdout has no carriage-return progress bars and
     no escape codes, one line per epoch."""
+    import concurrent.futures
     import random
 
     rng = random.Random(0)
@@ -170,8 +171,16 @@ def test_each_command_prints_nothing_on_stderr_on_a_small_real_run(tmp_path):
          "--thresholds", "scalar", "--learning-rates", "0.01", "--directory",
          str(tmp_path / "tuning")],
     ]
-    for argv in commands:
-        proc = run_as_glomo(argv)
+
+    def run_in_turn(chain):  # each command reads what the one before it wrote
+        return [(argv, run_as_glomo(argv)) for argv in chain]
+
+    # The run's chain on one core, the demo and the tuner on the other.
+    chains = [commands[1:5], [commands[0], commands[5]]]
+    with concurrent.futures.ThreadPoolExecutor(len(chains)) as pool:
+        finished = [done for chain in pool.map(run_in_turn, chains) for done in chain]
+    assert sorted(argv[0] for argv, _ in finished) == sorted(argv[0] for argv in commands)
+    for argv, proc in finished:
         assert proc.returncode == 0, (argv[0], proc.stderr[-3000:])
         assert proc.stderr == "", (argv[0], proc.stderr[-3000:])
         assert "\r" not in proc.stdout and "\x1b[" not in proc.stdout, argv[0]
