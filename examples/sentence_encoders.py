@@ -83,6 +83,8 @@ def parse_args(argv):
     p.add_argument("--steps-per-epoch", type=int, default=None)
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", default="float32", choices=hparams.PRECISIONS,
+                   help="the pretraining's (mixed_bfloat16: products in bfloat16)")
     p.add_argument("--tasks", nargs="+", default=list(hparams.PROBE_TASKS))
     p.add_argument("--folds", type=int, default=10)
     p.add_argument("--inner-folds", type=int, default=3)
@@ -117,7 +119,8 @@ def main(argv=None):
             objectives=VARIANTS.get(name, VARIANTS["QT+SP+G2L"]),
             learning_rate=args.learning_rate, epochs=args.epochs,
             steps_per_epoch=args.steps_per_epoch, batch_size=args.batch_size, seed=args.seed,
-            graph_run=args.graph_run if name == GRAPH_VARIANT else None, verbose=2))
+            graph_run=args.graph_run if name == GRAPH_VARIANT else None,
+            precision=args.precision, verbose=2))
         with open(os.path.join(run_dir, "metrics.json")) as f:
             pretraining[name] = dict(json.load(f), seconds_this_call=round(
                 time.perf_counter() - start, 1))

@@ -682,6 +682,46 @@ def test_wider_encoder_figures_come_from_the_recorded_run():
     assert f"the probe {wide['probe_wall_time_s'] / 60:.0f} min" in flat
 
 
+def test_bfloat16_encoder_figures_come_from_the_recorded_runs():
+    """The bfloat16 row: the 512-unit run again under mixed_bfloat16, every other setting as the
+    float32 run's; its table, speed and the differences the page quotes."""
+    flat = " ".join(page("docs/guides/related-models.md").split())
+    half, full = load("sentence_encoders_units512_bfloat16.json"), load(
+        "sentence_encoders_units512.json")
+    assert (half["settings"]["precision"], full["settings"].get("precision", "float32")) == (
+        "mixed_bfloat16", "float32")
+    for key in ("units", "embedding_dim", "batch_size", "epochs", "steps_per_epoch",
+                "learning_rate", "seed", "vocab_size", "max_length", "folds", "inner_folds",
+                "c_values", "tasks", "variants"):
+        assert half["settings"][key] == full["settings"][key], key
+    assert "--precision mixed_bfloat16" in half["command"]
+    for row in half["table"].splitlines():
+        assert row in flat, f"page lacks: {row}"
+
+    def shown(run, name):
+        return " / ".join(f"{100 * run['probe'][name][t]['accuracy']:.1f}"
+                          for t in ("mr", "subj", "sst2"))
+
+    assert (f"The full model reaches {shown(half, 'QT+SP+G2L')} against float32's "
+            f"{shown(full, 'QT+SP+G2L')}, its bag of words {shown(half, 'bow')} against "
+            f"{shown(full, 'bow')}") in flat
+    sst2 = {name: round(100 * half["probe"][name]["sst2"]["accuracy"], 1)
+            for name in ("QT+SP+G2L", "bow")}
+    assert f"{sst2['QT+SP+G2L'] - sst2['bow']:.1f} points above its bag of words here" in flat
+    assert (round(100 * full["probe"]["QT+SP+G2L"]["sst2"]["accuracy"], 1)
+            == round(100 * full["probe"]["bow"]["sst2"]["accuracy"], 1))  # "level" in float32
+    slow, fast = (run["pretraining"]["QT+SP+G2L"] for run in (full, half))
+    assert (f"took {fast['wall_time_s']:,.0f} s against float32's {slow['wall_time_s']:,.0f} "
+            f"({slow['wall_time_s'] / fast['wall_time_s']:.2f} times as fast") in flat
+    assert f"about {20 * fast['wall_time_s'] / slow['wall_time_s']:.0f} hours instead of 20" in flat
+    names = {"Quick Thoughts": "qt_loss", "Self Prediction": "sp_loss"}
+    for name, key in names.items():
+        assert (f"{name} {fast['last_epoch'][key]:.2f} against "
+                f"{slow['last_epoch'][key]:.2f}") in flat
+    assert (f"Global-to-Local {fast['last_epoch']['g2l_loss']:.1f} against "
+            f"{slow['last_epoch']['g2l_loss']:.1f}") in flat
+
+
 def test_book_scale_sentence_encoder_figures_come_from_the_recorded_curve():
     doc = page("docs/guides/related-models.md")
     flat = " ".join(doc.split())

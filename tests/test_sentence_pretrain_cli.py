@@ -213,8 +213,12 @@ def test_the_measured_example_runs_at_toy_size(tmp_path):
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     output = tmp_path / "out.json"
-    out = example.main(["--tiny", "--runs-dir", str(tmp_path / "runs"), "--output", str(output)])
+    out = example.main(["--tiny", "--runs-dir", str(tmp_path / "runs"), "--output", str(output),
+                        "--precision", "mixed_bfloat16"])
     saved = json.load(open(output))
+    for name in example.VARIANTS:  # the flag reaches every pretraining run
+        with open(tmp_path / "runs" / name / "config.json") as f:
+            assert json.load(f)["precision"] == "mixed_bfloat16", name
     assert set(saved["probe"]) == set(example.VARIANTS) | {"bow", "random"}
     for row in saved["probe"].values():
         assert set(row) == {"mr", "subj", "sst2"}
