@@ -720,6 +720,10 @@ def test_bfloat16_encoder_figures_come_from_the_recorded_runs():
                 f"{slow['last_epoch'][key]:.2f}") in flat
     assert (f"Global-to-Local {fast['last_epoch']['g2l_loss']:.1f} against "
             f"{slow['last_epoch']['g2l_loss']:.1f}") in flat
+    precision = " ".join(page("docs/guides/precision.md").split())
+    assert (f"probe at {shown(half, 'QT+SP+G2L')} on MR / SUBJ / SST-2 in bfloat16 against "
+            f"{shown(full, 'QT+SP+G2L')} in float32, one seed each, and train "
+            f"{slow['wall_time_s'] / fast['wall_time_s']:.2f} times as fast") in precision
 
 
 def test_book_scale_sentence_encoder_figures_come_from_the_recorded_curve():
