@@ -30,6 +30,12 @@ def page(name):
         return handle.read()
 
 
+def pct(scores):
+    """A probe row's accuracies on MR / SUBJ / SST-2 as the pages quote them (``62.3 / 82.7 /
+    63.3``)."""
+    return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in ("mr", "subj", "sst2"))
+
+
 def pair(values, digits=2):
     return f"{values['forward']:.{digits}f} / {values['backward']:.{digits}f}"
 
@@ -615,9 +621,6 @@ def test_sentence_encoder_figures_come_from_the_recorded_run():
     full, bow = probe["QT+SP+G2L"], probe["bow"]
     tasks = ("mr", "subj", "sst2")
 
-    def fmt(scores):
-        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
-
     assert all(full[t]["accuracy"] > probe["random"][t]["accuracy"] for t in tasks)
     assert ("the bag of words of its own embeddings reaches " + " / ".join(
         f"{100 * bow[t]['accuracy']:.1f}" for t in tasks)) in flat
@@ -627,8 +630,8 @@ def test_sentence_encoder_figures_come_from_the_recorded_run():
     assert f"QT {losses['qt_loss']:.2f} and SP {losses['sp_loss']:.2f}" in flat
     assert f"{result['probe_wall_time_s'] / 60:.0f} min" in flat
     graphs = probe["QT+SP+G2L+GLoMo"]
-    assert f"GLoMo graphs do not help the full model ({fmt(graphs)})" in flat
-    assert "full model (" + fmt(full) + ")" not in flat or fmt(graphs) == fmt(full)
+    assert f"GLoMo graphs do not help the full model ({pct(graphs)})" in flat
+    assert "full model (" + pct(full) + ")" not in flat or pct(graphs) == pct(full)
     four = [run["wall_time_s"] for name, run in result["pretraining"].items()
             if name != "QT+SP+G2L+GLoMo"]
     assert f"their last 1,200 took {min(four):.0f}-{max(four):.0f} s each" in flat
@@ -698,13 +701,10 @@ def test_bfloat16_encoder_figures_come_from_the_recorded_runs():
     for row in half["table"].splitlines():
         assert row in flat, f"page lacks: {row}"
 
-    def shown(run, name):
-        return " / ".join(f"{100 * run['probe'][name][t]['accuracy']:.1f}"
-                          for t in ("mr", "subj", "sst2"))
-
-    assert (f"The full model reaches {shown(half, 'QT+SP+G2L')} against float32's "
-            f"{shown(full, 'QT+SP+G2L')}, its bag of words {shown(half, 'bow')} against "
-            f"{shown(full, 'bow')}") in flat
+    model, bow = (half["probe"][name] for name in ("QT+SP+G2L", "bow"))
+    float_model, float_bow = (full["probe"][name] for name in ("QT+SP+G2L", "bow"))
+    assert (f"The full model reaches {pct(model)} against float32's {pct(float_model)}, its bag "
+            f"of words {pct(bow)} against {pct(float_bow)}") in flat
     sst2 = {name: round(100 * half["probe"][name]["sst2"]["accuracy"], 1)
             for name in ("QT+SP+G2L", "bow")}
     assert f"{sst2['QT+SP+G2L'] - sst2['bow']:.1f} points above its bag of words here" in flat
@@ -721,8 +721,8 @@ def test_bfloat16_encoder_figures_come_from_the_recorded_runs():
     assert (f"Global-to-Local {fast['last_epoch']['g2l_loss']:.1f} against "
             f"{slow['last_epoch']['g2l_loss']:.1f}") in flat
     precision = " ".join(page("docs/guides/precision.md").split())
-    assert (f"probe at {shown(half, 'QT+SP+G2L')} on MR / SUBJ / SST-2 in bfloat16 against "
-            f"{shown(full, 'QT+SP+G2L')} in float32, one seed each, and train "
+    assert (f"probe at {pct(model)} on MR / SUBJ / SST-2 in bfloat16 against "
+            f"{pct(float_model)} in float32, one seed each, and train "
             f"{slow['wall_time_s'] / fast['wall_time_s']:.2f} times as fast") in precision
 
 
@@ -742,13 +742,10 @@ def test_book_scale_sentence_encoder_figures_come_from_the_recorded_curve():
     tasks = ("mr", "subj", "sst2")
     bow, rand = (result["baselines"]["results"][b] for b in ("bow", "random"))
 
-    def fmt(scores):
-        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
-
     beaten = [t for t in tasks if last["probe"][t]["accuracy"] > bow[t]["accuracy"]]
-    assert (f"after {last['pairs_seen']:,} pairs the full model reaches {fmt(last['probe'])} on "
-            f"MR / SUBJ / SST-2, the bag of words of its own embeddings {fmt(bow)} and the "
-            f"random encoder {fmt(rand)}") in flat
+    assert (f"after {last['pairs_seen']:,} pairs the full model reaches {pct(last['probe'])} on "
+            f"MR / SUBJ / SST-2, the bag of words of its own embeddings {pct(bow)} and the "
+            f"random encoder {pct(rand)}") in flat
     assert f"above the bag of words on {len(beaten)} of the three tasks" in flat
     qt = [p["losses"]["qt_loss"] for p in curve]
     g2l = [p["losses"]["g2l_loss"] for p in curve]
@@ -780,9 +777,6 @@ def test_converged_probe_and_book_ablation_figures_come_from_their_json():
     doc = page("docs/guides/related-models.md")
     tasks = ("mr", "subj", "sst2")
 
-    def fmt(scores):
-        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
-
     books = load("sentence_encoders_books.json")
     converged = load("sentence_encoders_books_converged.json")
     assert converged["probe_settings"]["max_iter"] == 1000
@@ -794,9 +788,9 @@ def test_converged_probe_and_book_ablation_figures_come_from_their_json():
     enc, bow = converged["curve"][newest]["probe"], converged["baselines"]["results"]["bow"]
     beaten = [t for t in tasks if enc[t]["accuracy"] > bow[t]["accuracy"]]
     pairs = converged["curve"][newest]["pairs_seen"]
-    assert (f"after {pairs:,} pairs, converged, the full model reaches {fmt(enc)} against its "
-            f"bag of words' {fmt(bow)} (100 iterations: {fmt(books['curve'][newest]['probe'])} "
-            f"against {fmt(books['baselines']['results']['bow'])}): above it on "
+    assert (f"after {pairs:,} pairs, converged, the full model reaches {pct(enc)} against its "
+            f"bag of words' {pct(bow)} (100 iterations: {pct(books['curve'][newest]['probe'])} "
+            f"against {pct(books['baselines']['results']['bow'])}): above it on "
             f"{len(beaten)} of the three tasks") in flat
     for suffix, label, left_out in BOOK_ABLATIONS:
         ablation = load(f"sentence_encoders_books_{suffix}.json")
@@ -822,16 +816,16 @@ def test_converged_probe_and_book_ablation_figures_come_from_their_json():
     assert len(above) == 3 and "QT+G2L is above the full model on all three tasks" in flat
     beyond = [t for t in tasks if point["probe"][t]["accuracy"] > newest[t]["accuracy"]]
     assert beyond == ["mr", "sst2"] and "after 3,000,000 pairs on MR and SST-2" in flat
-    assert (f"({fmt(point['probe'])} against {fmt(newest)}), though still below its own bag of "
-            f"words ({fmt(qt_g2l['baselines']['results']['bow'])})") in flat
+    assert (f"({pct(point['probe'])} against {pct(newest)}), though still below its own bag of "
+            f"words ({pct(qt_g2l['baselines']['results']['bow'])})") in flat
     converged_qt_g2l = load("sentence_encoders_books_qt_g2l_converged.json")
     assert converged_qt_g2l["probe_settings"]["max_iter"] == 1000
     enc = converged_qt_g2l["curve"][name]["probe"]
     bow = converged_qt_g2l["baselines"]["results"]["bow"]
     below = [t for t in tasks if enc[t]["accuracy"] < bow[t]["accuracy"]]
     assert len(below) == 3 and (
-        f"QT+G2L after {point['pairs_seen']:,} pairs reaches {fmt(enc)} against its bag of words' "
-        f"{fmt(bow)}: below it on all three tasks") in flat
+        f"QT+G2L after {point['pairs_seen']:,} pairs reaches {pct(enc)} against its bag of words' "
+        f"{pct(bow)}: below it on all three tasks") in flat
     name, point = list(load("sentence_encoders_books_qt_sp.json")["curve"].items())[-1]
     full = books["curve"][name]["losses"]
     assert (f"Self Prediction's loss falls to {point['losses']['sp_loss']:.2f} "
@@ -850,17 +844,14 @@ def test_g2l_reduction_figures_come_from_the_recorded_runs():
     runs = load("sentence_g2l_reduction.json")["runs"]
     tasks = ("mr", "subj", "sst2")
 
-    def fmt(scores):
-        return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in tasks)
-
     mean, total = runs["mean"], runs["sum"]
     assert mean["pretraining"]["steps"] == total["pretraining"]["steps"] == 1440
     losses = [r["pretraining"]["last_epoch"] for r in (mean, total)]
     assert (f"(final losses {losses[0]['qt_loss']:.2f} and {losses[0]['sp_loss']:.2f} against "
             f"{losses[1]['qt_loss']:.2f} and {losses[1]['sp_loss']:.2f})") in flat
-    assert (f"worse: {fmt(mean['probe']['mean'])} against {fmt(total['probe']['sum'])} with "
-            f"Eq. 3.5's sum (bags of words {fmt(mean['probe']['bow'])} and "
-            f"{fmt(total['probe']['bow'])})") in flat
+    assert (f"worse: {pct(mean['probe']['mean'])} against {pct(total['probe']['sum'])} with "
+            f"Eq. 3.5's sum (bags of words {pct(mean['probe']['bow'])} and "
+            f"{pct(total['probe']['bow'])})") in flat
     assert all(mean["probe"]["mean"][t]["accuracy"] < total["probe"]["sum"][t]["accuracy"]
                for t in tasks)  # "worse", "the sum stays the default"
 
