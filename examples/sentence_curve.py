@@ -23,7 +23,8 @@ Recorded (``examples/outputs/sentence_encoders_books.json``; the run:
 baselines; the first two into a file of their own, joined with ``--merge``; the recorded
 ``command`` is the last call). With ``--max-iter 1000`` every logistic regression runs to
 convergence (``examples/outputs/sentence_encoders_books_converged.json``, the newest snapshot
-only: ``--snapshots step-N``); a file holds the probes of one setting only.
+only: ``--snapshots step-N``); ``--pooling max`` probes the runs' (and the random baseline's)
+states max-pooled instead of the thesis' last states; a file holds the probes of one setting only.
 
 ``--tiny`` is the test suite's toy-size check: a run on a small generated corpus, probed on a
 generated task.
@@ -37,7 +38,8 @@ import tempfile
 import time
 
 from glomo_tf import hparams
-from glomo_tf.experiments.probe import MAX_ITER, ProbeConfig, markdown_table, run_probe
+from glomo_tf.experiments.probe import (MAX_ITER, ProbeConfig, markdown_table, pooled_name,
+                                        run_probe)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,6 +63,9 @@ def parse_args(argv):
     p.add_argument("--c-values", type=float, nargs="+", default=list(hparams.PROBE_C_VALUES))
     p.add_argument("--max-iter", type=int, default=MAX_ITER,
                    help="lbfgs iterations of each fit at most (glomo probe --max-iter)")
+    p.add_argument("--pooling", default="final", choices=hparams.SENTENCE_POOLINGS,
+                   help="the runs' and the random baseline's vectors (glomo probe --pooling): "
+                   "final, the thesis' last states, or max / mean over the positions")
     p.add_argument("--tiny", action="store_true", help="toy size, generated data (tests)")
     args = p.parse_args(argv)
     if not args.tiny and not args.run:
@@ -83,8 +88,8 @@ def probe(runs, baselines, args):
     return run_probe(ProbeConfig(
         runs=runs, baselines=baselines, tasks=[] if args.file else args.tasks,
         files=args.file, data_dir=args.data_dir, folds=args.folds,
-        inner_folds=args.inner_folds, c_values=tuple(args.c_values), max_iter=args.max_iter),
-        log=print)["results"]
+        inner_folds=args.inner_folds, c_values=tuple(args.c_values), max_iter=args.max_iter,
+        pooling=[args.pooling]), log=print)["results"]
 
 
 def tiny_run(folder):
@@ -123,11 +128,13 @@ def main(argv=None):
         args.file, args.folds, args.inner_folds, args.c_values = [task], 2, 2, [1.0, 1e4]
     record = {"curve": {}, "baselines": {}}
     settings = {"folds": args.folds, "inner_folds": args.inner_folds,
-                "c_values": list(args.c_values), "max_iter": args.max_iter}
+                "c_values": list(args.c_values), "max_iter": args.max_iter,
+                "pooling": args.pooling}
     for path in [args.output] + list(args.merge):
         if os.path.exists(path):
             saved = json.load(open(path))
-            before = {"max_iter": MAX_ITER, **saved.get("probe_settings", settings)}
+            before = {"max_iter": MAX_ITER, "pooling": "final",
+                      **saved.get("probe_settings", settings)}
             if before != settings:
                 raise SystemExit(f"error: {path} was probed with {before}, not {settings}: "
                                  "give the same settings, or another --output.")
@@ -152,10 +159,11 @@ def main(argv=None):
     for name, metrics in missing:
         record["curve"][name] = {"steps": metrics["steps"], "pairs_seen": metrics["pairs_seen"],
                                  "epoch_seconds": metrics.get("epoch_seconds"),
-                                 "losses": metrics["last_epoch"], "probe": results[name]}
+                                 "losses": metrics["last_epoch"],
+                                 "probe": results[pooled_name(name, args.pooling)]}
     if baselines:
-        record["baselines"] = {"snapshot": newest,
-                               "results": {b: results[b] for b in baselines}}
+        record["baselines"] = {"snapshot": newest, "results": {
+            b: results[b if b == "bow" else pooled_name(b, args.pooling)] for b in baselines}}
     record["curve"] = dict(sorted(record["curve"].items()))
     rows = {f"{v['pairs_seen']:,} pairs": v["probe"] for v in record["curve"].values()}
     rows.update({f"{b} ({record['baselines']['snapshot']})": r

@@ -140,6 +140,29 @@ def test_encoders_against_numpy(tmp_path):
         probe.load_encoders([str(tmp_path)])
 
 
+def test_pooled_encoders_beside_the_final_states(tmp_path):
+    run_dir, model, tokenizer = make_run(tmp_path)
+    encoders = probe.load_encoders([run_dir], ["bow", "random"], poolings=("final", "max"))
+    assert [e.name for e in encoders] == ["run", "run:max", "bow", "random", "random:max"]
+    texts = ["the film was good", "awful plot"]
+    final, pooled = encoders[0].encode(texts), encoders[1].encode(texts)
+    for i, row in enumerate(tokenizer.encode(texts).to_list()):
+        ids = np.array([row], "int32")
+        source = model.source_encoder.__class__.from_config(
+            {**model.source_encoder.get_config(), "return_sequences": True})
+        source(ids)
+        source.set_weights(model.source_encoder.get_weights())
+        states = np.concatenate([source(ids)["states"].numpy()[0],
+                                 model.target_encoder(ids)["states"].numpy()[0]], axis=1)
+        np.testing.assert_allclose(pooled[i], states.max(0), atol=1e-5)
+        np.testing.assert_allclose(final[i], model.encode(ids).numpy()[0], atol=1e-5)
+    assert np.abs(pooled - final).max() > 1e-3
+    random_final, random_pooled = encoders[3].encode(texts), encoders[4].encode(texts)
+    assert np.abs(random_pooled - random_final).max() > 1e-3
+    with pytest.raises(ValueError, match="unknown pooling.*last.*final max mean"):
+        probe.load_encoders([run_dir], poolings=("last",))
+
+
 def test_glomo_features_against_numpy(tmp_path):
     tokenizer = Tokenizer.build([" ".join(WORDS)])
     predictor = GraphPredictor(tokenizer.vocabulary_size, hidden_dim=4, num_layers=2,

@@ -91,6 +91,30 @@ def test_padding_does_not_change_the_vector():
     assert np.abs(encoder(changed).numpy()[1] - encoder(ids).numpy()[1]).max() > 1e-3
 
 
+@pytest.mark.parametrize("return_sequences", [False, True])
+def test_max_and_mean_pooling_match_numpy_over_the_real_units(return_sequences):
+    ids = np.concatenate([make_ids(), np.zeros((1, 6), "int32")])  # and a sentence of no unit
+    encoder = SentenceEncoder(V, E, U, return_sequences=return_sequences)
+    encoder(ids)
+    randomized(encoder, seed=2)
+    _, states = np_encode(encoder, ids[:3])
+    lengths = (ids[:3] != 0).sum(1)
+    expected = {"max": [s[:n].max(0) for s, n in zip(states, lengths)],
+                "mean": [s[:n].mean(0) for s, n in zip(states, lengths)]}
+    longer = np.concatenate([ids, np.zeros((4, 3), "int32")], axis=1)
+    for pooling, rows in expected.items():
+        vectors = [encoder(x, pooling=pooling) for x in (ids, longer)]
+        if return_sequences:
+            vectors = [v["vector"] for v in vectors]
+        for got in vectors:  # padding changes nothing
+            np.testing.assert_allclose(got.numpy()[:3], np.array(rows), rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(got.numpy()[3], 0.0)  # no unit: zeros
+    # The states are negative somewhere: max pooling did not take padding's zeros.
+    assert (np.array(expected["max"]) < 0).any()
+    with pytest.raises(ValueError, match="unknown pooling 'last'; choose from final, max, mean"):
+        encoder(ids, pooling="last")
+
+
 def _mask_check():
     ids = make_ids()
 

@@ -267,7 +267,7 @@ def _example(name):
     return module
 
 
-@pytest.mark.slow  # a toy run with two snapshots, probed three times: about a minute
+@pytest.mark.slow  # a toy run with two snapshots, probed four times: about a minute
 def test_the_probe_curve_reads_each_snapshot_resumes_and_merges(tmp_path):
     curve = _example("sentence_curve")
     run_dir, task = curve.tiny_run(str(tmp_path))
@@ -301,3 +301,14 @@ def test_the_probe_curve_reads_each_snapshot_resumes_and_merges(tmp_path):
     assert again["probe_settings"]["max_iter"] == 100
     with pytest.raises(SystemExit, match="was probed with .* give the same settings"):
         curve.main(common + ["--max-iter", "1000", "--output", str(second)])
+    with pytest.raises(SystemExit, match="was probed with .*'pooling': 'final'"):
+        curve.main(common + ["--pooling", "max", "--output", str(second)])
+    # Max-pooled states, in a file of their own: the newest snapshot and its baselines.
+    pooled = tmp_path / "pooled.json"
+    assert curve.main(common + ["--pooling", "max", "--snapshots", "step-0000010", "--output",
+                                str(pooled)]) == 0
+    record = json.load(open(pooled))
+    assert record["probe_settings"]["pooling"] == "max" and list(record["curve"]) == [
+        "step-0000010"]
+    assert set(record["baselines"]["results"]) == {"bow", "random"}
+    assert record["baselines"]["results"]["bow"]["task"]["accuracy"] == 1.0

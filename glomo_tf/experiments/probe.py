@@ -19,7 +19,9 @@ its tolerance; lbfgs stops at 100 iterations short of it on wide, correlated sen
 at large ``C``. ``max_iter`` (``--max-iter``) lets every fit converge (1,000 do here).
 
 Encoders (:func:`load_encoders`): a :class:`~glomo_tf.SentencePretrainer` run directory
-(``[Enc_src(s) ; Enc_trg(s)]``), and the baselines of the same table: ``bow``, the mean of the run's
+(``[Enc_src(s) ; Enc_trg(s)]``: each encoder's last states, as the thesis; with ``pooling`` ``max``
+or ``mean`` also its states pooled over the positions, as ``NAME:max``), and the baselines of the
+same table: ``bow``, the mean of the run's
 trained word embeddings (both encoders' tables, concatenated); ``random``, an untrained
 :class:`~glomo_tf.SentencePretrainer` of the run's configuration (same sizes, fresh weights); and
 GLoMo features of a ``glomo pretrain`` run (:class:`GlomoFeatures`).
@@ -90,14 +92,15 @@ class _TokenEncoder(abc.ABC):
 
 
 class SentenceRunEncoder(_TokenEncoder):
-    """``[Enc_src(s) ; Enc_trg(s)]`` of a trained :class:`~glomo_tf.SentencePretrainer`."""
+    """``[Enc_src(s) ; Enc_trg(s)]`` of a trained :class:`~glomo_tf.SentencePretrainer`, each
+    encoder's vector pooled by ``pooling`` (``"final"``: the thesis'; ``"max"``, ``"mean"``)."""
 
-    def __init__(self, model, tokenizer, name="run", **kwargs):
+    def __init__(self, model, tokenizer, name="run", pooling="final", **kwargs):
         super().__init__(tokenizer, **kwargs)
-        self.model, self.name = model, name
+        self.model, self.name, self.pooling = model, name, pooling
 
     def _vectors(self, ids):
-        return self.model.encode(ids).numpy()
+        return self.model.encode(ids, pooling=self.pooling).numpy()
 
 
 class BagOfWords(_TokenEncoder):
@@ -169,10 +172,11 @@ def random_like(model, seed=0):
 
 
 def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
-                  glomo_presets=()):
-    """The encoders to probe: each run of ``runs``; ``baselines`` (``bow``, ``random``) built
-    from the first run; a :class:`GlomoFeatures` per ``glomo pretrain`` run of ``glomo_runs``
-    and per preset (a built-in name or a directory) of ``glomo_presets``."""
+                  glomo_presets=(), poolings=("final",)):
+    """The encoders to probe: each run of ``runs``, and the ``random`` baseline, once per pooling
+    of ``poolings`` (named ``NAME:max``, ``NAME:mean`` beside the thesis' ``final``); the ``bow``
+    baseline built from the first run; a :class:`GlomoFeatures` per ``glomo pretrain`` run of
+    ``glomo_runs`` and per preset (a built-in name or a directory) of ``glomo_presets``."""
     from glomo_tf.data.vocabulary import Tokenizer
     from glomo_tf.saving import load_graph_predictor
 
@@ -186,6 +190,10 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
     if not runs and not glomo_runs and not glomo_presets:
         raise ValueError("nothing to probe: give `runs` DIR (a glomo sentence-pretrain run) "
                          "and/or `glomo_runs` DIR (a glomo pretrain run) or `glomo_presets` NAME.")
+    unknown = [p for p in poolings if p not in hparams.SENTENCE_POOLINGS]
+    if unknown or not poolings:
+        raise ValueError(f"unknown pooling(s) {', '.join(unknown) or '(none given)'}; choose "
+                         f"from {' '.join(hparams.SENTENCE_POOLINGS)}.")
     encoders, names = [], set()
 
     def add(encoder):
@@ -199,14 +207,18 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
     for run_dir in runs:
         model, tokenizer = load_sentence_run(run_dir)
         first = first or (model, tokenizer)
-        add(SentenceRunEncoder(model, tokenizer, _run_name(run_dir), batch_size=batch_size))
+        for pooling in poolings:
+            add(SentenceRunEncoder(model, tokenizer, pooled_name(_run_name(run_dir), pooling),
+                                   pooling, batch_size=batch_size))
     for baseline in baselines:
         model, tokenizer = first
         if baseline == "bow":
             add(BagOfWords(model, tokenizer, batch_size=batch_size))
         else:
-            add(SentenceRunEncoder(random_like(model, seed), tokenizer, "random",
-                                   batch_size=batch_size))
+            fresh = random_like(model, seed)
+            for pooling in poolings:
+                add(SentenceRunEncoder(fresh, tokenizer, pooled_name("random", pooling), pooling,
+                                       batch_size=batch_size))
     for run_dir in glomo_runs:
         model_path = os.path.join(run_dir, "graph_predictor.keras")
         if not os.path.isfile(model_path):
@@ -223,6 +235,11 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
         add(GlomoFeatures(predictor, tokenizer, f"glomo:{_run_name(preset)}",
                           batch_size=batch_size))
     return encoders
+
+
+def pooled_name(name, pooling):
+    """The name an encoder ``name`` is probed under with ``pooling``."""
+    return name if pooling == "final" else f"{name}:{pooling}"
 
 
 def _run_name(run_dir):
@@ -401,6 +418,11 @@ class ProbeConfig:
     glomo_runs: list = setting(help="glomo pretrain run directories (GLoMo features)",
                                group="encoders", flags=("--glomo-run",), metavar="DIR",
                                default_factory=list)
+    pooling: list = setting(help="how each run's (and the random baseline's) states become "
+                            "its vector: final, the thesis' last states; max or mean over the "
+                            "positions (one encoder per pooling given)", group="encoders",
+                            nargs="+", choices=hparams.SENTENCE_POOLINGS,
+                            default_factory=lambda: ["final"])
     glomo_presets: list = setting(help="graph-predictor presets, built-in names or directories "
                                   "(GLoMo features)", group="encoders",
                                   flags=("--glomo-preset",), metavar="NAME_OR_DIR",
@@ -479,7 +501,7 @@ def run_probe(config, log=print):
     tasks = load_tasks(c.tasks, c.files, c.data_dir, c.max_examples, c.seed, c.text_column,
                        c.label_column)
     encoders = load_encoders(c.runs, c.baselines, c.glomo_runs, c.batch_size, c.seed,
-                             c.glomo_presets)
+                             c.glomo_presets, c.pooling)
     results = {}
     for encoder in encoders:
         results[encoder.name] = {}

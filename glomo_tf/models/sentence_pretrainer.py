@@ -183,10 +183,12 @@ class SentencePretrainer(keras.Model):
         """``[Enc_src(s) ; Enc_trg(s)]`` ``[batch, 4 * units]`` of token ids ``[batch, T]``."""
         return self.encode(token_ids, training=training)
 
-    def encode(self, token_ids, training=False):
-        """The test-time sentence vector ``[Enc_src(s) ; Enc_trg(s)]`` (Section 3.2.4)."""
-        source = self.source_encoder(token_ids, training=training)
-        target = self.target_encoder(token_ids, training=training)["vector"]
+    def encode(self, token_ids, training=False, pooling="final"):
+        """The test-time sentence vector ``[Enc_src(s) ; Enc_trg(s)]`` (Section 3.2.4); each
+        encoder's vector pooled by ``pooling`` (:class:`~glomo_tf.layers.SentenceEncoder`'s:
+        ``"final"``, the thesis', ``"max"`` or ``"mean"`` over the states)."""
+        source = self.source_encoder(token_ids, training=training, pooling=pooling)
+        target = self.target_encoder(token_ids, training=training, pooling=pooling)["vector"]
         return tf.concat([source, target], axis=-1)
 
     # ------------------------------------------------------------------ objectives

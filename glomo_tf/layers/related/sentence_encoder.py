@@ -5,7 +5,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import hparams
-from glomo_tf.hparams import SENTENCE_ENCODER
+from glomo_tf.hparams import SENTENCE_ENCODER, SENTENCE_POOLINGS
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.layers.graph_predictor import optional_graph_predictor
 
@@ -45,6 +45,9 @@ class SentenceEncoder(keras.layers.Layer):
     Call arguments:
         token_ids: int ``[batch, T]``, padded with 0 at the end.
         training: bool.
+        pooling: ``"final"`` (default: the thesis' vector), ``"max"`` or ``"mean"``: the
+            per-position states ``h^i`` pooled over the real units instead
+            (:data:`glomo_tf.hparams.SENTENCE_POOLINGS`; a sentence without units gets zeros).
 
     Returns:
         ``[batch, 2 * units]``, or with ``return_sequences`` a dict with ``vector`` and
@@ -111,7 +114,10 @@ class SentenceEncoder(keras.layers.Layer):
         """The word embedding matrix ``[vocabulary_size, embedding_dim]``."""
         return self.embedding.embeddings
 
-    def call(self, token_ids, training=None):
+    def call(self, token_ids, training=None, pooling="final"):
+        if pooling not in SENTENCE_POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; choose from "
+                             f"{', '.join(SENTENCE_POOLINGS)}.")
         token_ids = tf.convert_to_tensor(token_ids)
         if token_ids.shape.rank != 2 or not token_ids.dtype.is_integer:
             raise ValueError("SentenceEncoder takes int token ids [batch, T]; got "
@@ -127,10 +133,19 @@ class SentenceEncoder(keras.layers.Layer):
         forward, forward_last = self.forward_gru(x, mask=mask, training=training)
         backward, backward_last = self.backward_gru(x, mask=mask, training=training)
         vector = tf.concat([forward_last, backward_last], axis=-1)
-        if not self.return_sequences:
+        if pooling == "final" and not self.return_sequences:
             return vector
         states = tf.concat([forward, tf.reverse(backward, axis=[1])], axis=-1)
-        states = states * tf.cast(mask, states.dtype)[:, :, None]
+        real = tf.cast(mask, states.dtype)[:, :, None]
+        states = states * real
+        if pooling == "max":
+            lowest = tf.cast(states.dtype.min, states.dtype)
+            vector = tf.reduce_max(tf.where(mask[:, :, None], states, lowest), axis=1)
+            vector = vector * tf.minimum(tf.reduce_sum(real, axis=1), 1.0)
+        elif pooling == "mean":
+            vector = tf.reduce_sum(states, axis=1) / tf.maximum(tf.reduce_sum(real, axis=1), 1.0)
+        if not self.return_sequences:
+            return vector
         return {"vector": vector, "states": states}
 
     def compute_mask(self, token_ids, mask=None):
