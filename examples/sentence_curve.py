@@ -166,7 +166,8 @@ def main(argv=None):
             b: results[b if b == "bow" else pooled_name(b, args.pooling)] for b in baselines}}
     record["curve"] = dict(sorted(record["curve"].items()))
     rows = {f"{v['pairs_seen']:,} pairs": v["probe"] for v in record["curve"].values()}
-    rows.update({f"{b} ({record['baselines']['snapshot']})": r
+    rows.update({f"{b if b == 'bow' else pooled_name(b, args.pooling)} "
+                 f"({record['baselines']['snapshot']})": r
                  for b, r in record["baselines"].get("results", {}).items()})
     seen = {t for r in rows.values() for t in r}
     task_names = [t for t in hparams.PROBE_TASKS if t in seen] + sorted(

@@ -1812,3 +1812,43 @@ def test_ordered_memory_logic_with_brackets_comes_from_its_json():
     assert f"(its lead: {leads} points at 7 .. 12 operators)" in flat, leads
     # "the lead of 10 points over the LSTM now holds at every length"
     assert all(after[k] - lstm[k] >= 0.10 for k in operators)
+
+
+def test_wide_book_run_and_its_max_pooled_states_come_from_their_json():
+    """The 512-unit book run in bfloat16 probed with the thesis' vector and with max-pooled
+    states, each beside its bag of words and a random encoder pooled the same way."""
+    doc = page("docs/guides/related-models.md")
+    flat = " ".join(doc.split())
+    final, pooled = (load(f"sentence_encoders_books_units512{s}.json") for s in ("", "_max"))
+    assert final["probe_settings"]["pooling"] == "final"
+    assert pooled["probe_settings"]["pooling"] == "max" and "--pooling max" in pooled["command"]
+    for result in (final, pooled):
+        for row in result["table"].splitlines():
+            assert row in doc, f"page lacks: {row}"
+        config = result["run_config"]
+        assert (config["units"], config["precision"], config["format"]) == (
+            512, "mixed_bfloat16", "books")
+    newest = list(final["curve"])[-1]
+    assert newest == list(pooled["curve"])[-1] == final["baselines"]["snapshot"]
+    assert pooled["baselines"]["snapshot"] == newest
+    point, maxed = final["curve"][newest], pooled["curve"][newest]["probe"]
+    bow = pooled["baselines"]["results"]["bow"]
+    same_bow = final["baselines"]["results"]["bow"]  # pooling does not touch the bag of words
+    assert all(bow[t]["accuracy"] == same_bow[t]["accuracy"] for t in bow)
+    random_max = pooled["baselines"]["results"]["random"]
+    narrow = next(p for p in load("sentence_encoders_books.json")["curve"].values()
+                  if p["pairs_seen"] == point["pairs_seen"])
+    tasks = ("mr", "subj", "sst2")
+    assert (f"After {point['pairs_seen']:,} pairs the wider model reaches {pct(point['probe'])} "
+            f"with the thesis' vector, against the 128-unit run's {pct(narrow['probe'])}") in flat
+    assert all(point["probe"][t]["accuracy"] > narrow["probe"][t]["accuracy"] for t in tasks)
+    assert f"the bag of words of its own embeddings ({pct(bow)}) stays ahead on all three" in flat
+    assert all(point["probe"][t]["accuracy"] < bow[t]["accuracy"] for t in tasks)
+    beaten = [t for t in tasks if maxed[t]["accuracy"] > bow[t]["accuracy"]]
+    assert (f"Max-pooling the same model's states gives {pct(maxed)}: above the bag of words on "
+            f"{len(beaten)} of the three tasks ({'/'.join(t.upper() for t in beaten)})") in flat
+    assert f"an untrained encoder of the same size, max-pooled, reaches {pct(random_max)}" in flat
+    assert sum(random_max[t]["accuracy"] > maxed[t]["accuracy"] for t in tasks) >= 2
+    losses = point["losses"]
+    assert (f"Quick Thoughts {losses['qt_loss']:.2f}, chance `ln 400` = 5.99; Self Prediction "
+            f"{losses['sp_loss']:.2f}; Global-to-Local {losses['g2l_loss']:.0f})") in flat
