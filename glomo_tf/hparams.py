@@ -177,8 +177,8 @@ PROBE_BASELINES = ("bow", "random")
 # Global-to-Local's loss over a target's positions: Eq. 3.5's sum, or their mean.
 G2L_REDUCTIONS = ("sum", "mean")
 PROBE_TASKS = ("mr", "subj", "sst2")
+PROBE_C_VALUES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 # How a SentenceEncoder's states become the sentence vector: "final", the thesis' last states
 # (Section 3.2.2); "max" and "mean" pool each position's [h_fw^i ; h_bw^i] over the real units
 # (InferSent's max pooling, Conneau et al. 2017): a test-time option of `glomo probe --pooling`.
 SENTENCE_POOLINGS = ("final", "max", "mean")
-PROBE_C_VALUES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
