@@ -156,18 +156,19 @@ def main(argv=None):
         runs = [newest] + [n for n in runs if n != newest]
     results = probe([os.path.join(args.run, "snapshots", n) for n in runs], baselines,
                     args) if runs else {}
+    # The random baseline is pooled as the runs are (its results' name says so); bow is not.
+    label = {b: b if b == "bow" else pooled_name(b, args.pooling) for b in hparams.PROBE_BASELINES}
     for name, metrics in missing:
         record["curve"][name] = {"steps": metrics["steps"], "pairs_seen": metrics["pairs_seen"],
                                  "epoch_seconds": metrics.get("epoch_seconds"),
                                  "losses": metrics["last_epoch"],
                                  "probe": results[pooled_name(name, args.pooling)]}
     if baselines:
-        record["baselines"] = {"snapshot": newest, "results": {
-            b: results[b if b == "bow" else pooled_name(b, args.pooling)] for b in baselines}}
+        record["baselines"] = {"snapshot": newest,
+                               "results": {b: results[label[b]] for b in baselines}}
     record["curve"] = dict(sorted(record["curve"].items()))
     rows = {f"{v['pairs_seen']:,} pairs": v["probe"] for v in record["curve"].values()}
-    rows.update({f"{b if b == 'bow' else pooled_name(b, args.pooling)} "
-                 f"({record['baselines']['snapshot']})": r
+    rows.update({f"{label[b]} ({record['baselines']['snapshot']})": r
                  for b, r in record["baselines"].get("results", {}).items()})
     seen = {t for r in rows.values() for t in r}
     task_names = [t for t in hparams.PROBE_TASKS if t in seen] + sorted(

@@ -132,16 +132,17 @@ class SentenceEncoder(keras.layers.Layer):
             x = self.transfer([x, predictor_ids], training=training)
         forward, forward_last = self.forward_gru(x, mask=mask, training=training)
         backward, backward_last = self.backward_gru(x, mask=mask, training=training)
-        vector = tf.concat([forward_last, backward_last], axis=-1)
-        if pooling == "final" and not self.return_sequences:
-            return vector
+        if pooling == "final":
+            vector = tf.concat([forward_last, backward_last], axis=-1)
+            if not self.return_sequences:
+                return vector
         states = tf.concat([forward, tf.reverse(backward, axis=[1])], axis=-1)
         real = tf.cast(mask, states.dtype)[:, :, None]
         states = states * real
         if pooling == "max":
             lowest = tf.cast(states.dtype.min, states.dtype)
-            vector = tf.reduce_max(tf.where(mask[:, :, None], states, lowest), axis=1)
-            vector = vector * tf.minimum(tf.reduce_sum(real, axis=1), 1.0)
+            pooled = tf.reduce_max(tf.where(mask[:, :, None], states, lowest), axis=1)
+            vector = tf.where(tf.reduce_any(mask, axis=1)[:, None], pooled, tf.zeros_like(pooled))
         elif pooling == "mean":
             vector = tf.reduce_sum(states, axis=1) / tf.maximum(tf.reduce_sum(real, axis=1), 1.0)
         if not self.return_sequences:
