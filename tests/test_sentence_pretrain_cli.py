@@ -140,7 +140,8 @@ def test_a_copied_run_directory_resumes(tmp_path, capsys):
     (["--objectives-per-batch", "0"], "--objectives-per-batch"),
     (["--batch-size", "1"], "--batch-size must be at least 2"),
     (["--batch-size", "500"], "fewer than one batch"),
-    (["--graph-run", "nowhere"], "graph_predictor.keras"),
+    (["--graph-run", "nowhere"], "graph_predictor.keras and is no preset"),
+    (["--graph-run", "glomo_books_en", "--vocab", "nowhere"], "leave out --vocab"),
 ])
 def test_one_line_errors(tmp_path, capsys, extra, message):
     corpus = write_corpus(tmp_path / "corpus.txt")
@@ -177,6 +178,25 @@ def test_graph_run_feeds_glomo_graphs_and_probe_reads_the_run(tmp_path, capsys):
     out = capsys.readouterr().out
     for name in ("| run |", "| bow |", "| random |", "| glomo:glomo |"):
         assert name in out
+
+
+def test_a_built_in_preset_feeds_its_frozen_graphs(tmp_path):
+    """``--graph-run NAME``: a built-in preset's predictor, unchanged by training, and its
+    tokenizer (plus [MASK]) read the corpus."""
+    from glomo_tf import load_preset
+
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    run_dir = tmp_path / "run"
+    assert pretrain(corpus, run_dir, "--epochs", "1", "--steps-per-epoch", "2",
+                    "--graph-run", "glomo_books_en") == 0
+    model, _ = weights(run_dir)
+    predictor, tokenizer = load_preset("glomo_books_en")
+    assert Tokenizer.load(str(run_dir / "tokenizer")).vocabulary.tokens == \
+        tokenizer.vocabulary.tokens + [MASK]
+    trained = model.source_encoder.transfer.graph_predictor
+    assert trained is not None and not trained.trainable
+    for saved, preset in zip(trained.get_weights(), predictor.get_weights(), strict=True):
+        np.testing.assert_array_equal(saved, preset)
 
 
 def test_the_glomo_command_reads_a_run_in_a_fresh_process(tmp_path):

@@ -78,9 +78,11 @@ class SentencePretrainingConfig:
     g2l_reduction: str = setting(_P["g2l_reduction"], "Global-to-Local's loss over a target's "
                                  "positions: sum (Eq. 3.5) or mean", group="model",
                                  choices=hparams.G2L_REDUCTIONS)
-    graph_run: Optional[str] = setting(None, "a glomo pretrain run whose frozen graphs feed "
-                                       "both encoders (GlomoTransfer on the embeddings; its "
-                                       "tokenizer is used)", group="model", metavar="DIR")
+    graph_run: Optional[str] = setting(None, "a glomo pretrain run, or a preset (a built-in "
+                                       "name such as glomo_books_en, or a directory), whose "
+                                       "frozen graphs feed both encoders (GlomoTransfer on the "
+                                       "embeddings; its tokenizer is used)", group="model",
+                                       metavar="RUN_OR_PRESET")
     num_mixtures: int = setting(1, "GlomoTransfer mixtures per direction (with `graph_run`)",
                                 group="model")
     # optimisation
@@ -138,10 +140,27 @@ class SentencePretrainingConfig:
             if c.vocab:
                 raise ValueError("`graph_run` brings its own tokenizer (the encoders read the "
                                  "predictor's ids); leave out `vocab`.")
-            if not os.path.isfile(os.path.join(c.graph_run, "graph_predictor.keras")):
-                raise ValueError(f"`graph_run` {c.graph_run!r} holds no graph_predictor.keras: "
-                                 "pass the `output_dir` of a finished glomo pretrain run.")
+            graph_source(c.graph_run)
         return c
+
+
+def graph_source(graph_run):
+    """``(predictor, tokenizer directory)`` paths of ``graph_run``: a ``glomo pretrain`` run
+    directory (its ``graph_predictor.keras``), or a preset, a built-in name or a directory
+    (:func:`glomo_tf.load_graph_predictor` reads both); raises ``ValueError`` naming the fix."""
+    from glomo_tf import presets
+
+    run_file = os.path.join(graph_run, "graph_predictor.keras")
+    if os.path.isfile(run_file):
+        return run_file, os.path.join(graph_run, "tokenizer")
+    try:
+        directory = presets.preset_directory(graph_run)
+    except presets.PresetError:
+        names = ", ".join(presets.list_presets()) or "none installed"
+        raise ValueError(f"`graph_run` {graph_run!r} holds no graph_predictor.keras and is no "
+                         f"preset: pass the `output_dir` of a finished glomo pretrain run, or a "
+                         f"preset directory or built-in name ({names}).") from None
+    return directory, presets.tokenizer_directory(directory)
 
 
 def check_resumable(saved, current):
@@ -174,7 +193,7 @@ def load_data(s, tokenizer=None, run_dir=None):
     if tokenizer is None:
         saved = run_dir and os.path.join(run_dir, "tokenizer")
         source = saved if saved and os.path.isfile(os.path.join(saved, "vocab.txt")) else (
-            os.path.join(s.graph_run, "tokenizer") if s.graph_run else s.vocab)
+            graph_source(s.graph_run)[1] if s.graph_run else s.vocab)
         if source:
             try:
                 tokenizer = Tokenizer.load(source)
@@ -258,7 +277,7 @@ def _train(s, run_dir):
 
     predictor = None
     if s.graph_run:
-        predictor = load_graph_predictor(os.path.join(s.graph_run, "graph_predictor.keras"))
+        predictor = load_graph_predictor(graph_source(s.graph_run)[0])
     model = SentencePretrainer(
         tokenizer.vocabulary_size, mask_id(tokenizer), embedding_dim=s.embedding_dim,
         units=s.units, objectives=s.objectives, objectives_per_batch=s.objectives_per_batch,
