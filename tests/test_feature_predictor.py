@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from glomo_tf import FeaturePredictor, GraphPredictor
 from layer_harness import MaskCheck, run_layer_test
@@ -82,6 +83,10 @@ def test_composition_matches_numpy(composition, per_direction, rng):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     # The two directions use their own cells and graphs.
     assert np.abs(expected[:, 0] - expected[:, 1]).max() > 1e-2
+    # Compiled by XLA, the messages take their einsum form (outside it, batched products).
+    compiled = tf.function(lambda f, g: layer(f, g), jit_compile=True)
+    np.testing.assert_allclose(compiled(features, graphs).numpy(), expected, rtol=1e-4,
+                               atol=1e-5)
 
 
 @pytest.mark.parametrize("composition", ["gru", "residual", "projected"])

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from glomo_tf import hparams
+from glomo_tf._keras_private import in_xla_context
 from glomo_tf.hparams import COMPOSITIONS
 from glomo_tf.layers._common import (compute_cast, direction_rows, gru_update, with_bias_row,
                                       with_ones_column)
@@ -164,7 +165,7 @@ class FeaturePredictor(keras.layers.Layer):
             if not graph_at_rows:
                 graph = direction_rows(graph, rows, axis=3)  # [B, 2, K, S, T]
             features = direction_rows(features, rows, axis=2)  # the receivers' own features
-        message = tf.reshape(tf.einsum("bzkts,bzskc->bztkc", graph, heads), tf.shape(features))
+        message = tf.reshape(_head_messages(graph, heads), tf.shape(features))
         if self.composition == "projected":
             update = tf.einsum("bztd,zde->bzte", message, self._w(self.output_kernel))
             return self.norm(features + update + self._w(self.bias))
@@ -193,6 +194,17 @@ class FeaturePredictor(keras.layers.Layer):
         config.update({"hidden_dim": self.hidden_dim, "num_heads": self.num_heads,
                        "composition": self.composition})
         return config
+
+
+def _head_messages(graph, heads):
+    """``einsum("bzkts,bzskc->bztkc", graph, heads)``. Outside XLA as transposes around one
+    batched product: TensorFlow's CPU einsum ran this at a third of the product rate, the
+    product form in about two thirds of its time (forward and backward, float32 and bfloat16);
+    XLA compiles the einsum itself a little faster."""
+    if in_xla_context():
+        return tf.einsum("bzkts,bzskc->bztkc", graph, heads)
+    messages = tf.matmul(graph, tf.transpose(heads, [0, 1, 3, 2, 4]))  # [B, 2, K, T, c]
+    return tf.transpose(messages, [0, 1, 3, 2, 4])
 
 
 def _direction_major(x):
