@@ -316,11 +316,14 @@ def test_the_pretraining_runs_of_the_amd_session_come_from_their_json(table):
     assert f"measured {at_best} (rounds {spread}) and {f32}." in flat
     assert (f"({guard['matmul_gflop_per_step']:.0f} instead of "
             f"{recorded['matmul_gflop_per_step']:.0f})") in flat
-    # The later recording, after the transfer path's changes, against that 06:22 one.
-    latest = load("pretrain_throughput")
-    at_best, spread, f32, f32_spread = ratios(latest)
+    # The later recordings, each against the one before: after the transfer path's changes
+    # (08:19), then after the feature predictor's head messages (the recorded run).
     ours = lambda r: f"{r['ms_per_iter_median'][r['best_mode']]:,.0f} ms"  # noqa: E731
-    assert (f"measured {at_best} against the peer at its best (rounds {spread}) and {f32} "
-            f"against its float32 ({f32_spread}): glomo_tf's bfloat16 step {ours(latest)} "
-            f"against {ours(recorded)} at 06:22 ({recorded['ratio_best_vs_peer_best']:.2f}x), "
-            f"the peer's {peer(latest)} against {peer(recorded)}") in flat
+    runs = [(recorded, "06:22"), (load("pretrain_runs/before_head_messages"), "08:19"),
+            (load("pretrain_throughput"), None)]
+    for (before, when), (after, _) in zip(runs, runs[1:]):
+        at_best, spread, f32, f32_spread = ratios(after)
+        assert (f"measured {at_best} against the peer at its best (rounds {spread}) and {f32} "
+                f"against its float32 ({f32_spread}): glomo_tf's bfloat16 step {ours(after)} "
+                f"against {ours(before)} at {when} ({before['ratio_best_vs_peer_best']:.2f}x), "
+                f"the peer's {peer(after)} against {peer(before)}") in flat
