@@ -1852,3 +1852,46 @@ def test_wide_book_run_and_its_max_pooled_states_come_from_their_json():
     losses = point["losses"]
     assert (f"Quick Thoughts {losses['qt_loss']:.2f}, chance `ln 400` = 5.99; Self Prediction "
             f"{losses['sp_loss']:.2f}; Global-to-Local {losses['g2l_loss']:.0f})") in flat
+
+
+def test_glomo_fed_book_run_and_its_control_come_from_their_json():
+    """The full model fed with the built-in books predictor's graphs at book scale, beside the same
+    model on the same vocabulary without graphs: every other setting equal, compared at equal
+    pairs, each beside its own bag of words."""
+    doc = page("docs/guides/related-models.md")
+    flat = " ".join(doc.split())
+    fed, control = (load(f"sentence_encoders_books_glomo{s}.json") for s in ("", "_control"))
+    for result in (fed, control):
+        for row in result["table"].splitlines():
+            assert row in doc, f"page lacks: {row}"
+    a, b = fed["run_config"], control["run_config"]
+    assert a["graph_run"] == "glomo_books_en" and b["graph_run"] is None
+    assert b["vocab"].endswith("glomo_books_en/assets/tokenizer") and a["vocab"] is None
+    assert {k for k in a if a[k] != b.get(k)} == {"graph_run", "vocab"}
+    assert (a["units"], a["format"], a["precision"]) == (128, "books", "float32")
+    newest = list(fed["curve"])[-1]
+    assert newest == list(control["curve"])[-1] == fed["baselines"]["snapshot"]
+    with_graphs, without = fed["curve"][newest], control["curve"][newest]
+    assert with_graphs["pairs_seen"] == without["pairs_seen"]
+    names = (("qt_loss", "Quick Thoughts", 2), ("sp_loss", "Self Prediction", 2),
+             ("g2l_loss", "Global-to-Local", 1))
+    losses = ", ".join(f"{name} {with_graphs['losses'][key]:.{digits}f} against "
+                       f"{without['losses'][key]:.{digits}f}" for key, name, digits in names)
+    assert all(with_graphs["losses"][key] < without["losses"][key] for key, _, _ in names)
+    assert (f"After {with_graphs['pairs_seen']:,} pairs the graphs lower all three objectives' "
+            f"losses ({losses})") in flat
+    tasks = ("mr", "subj", "sst2")
+    moves = " / ".join(f"{100 * (with_graphs['probe'][t]['accuracy'] - without['probe'][t]['accuracy']):+.1f}"
+                       for t in tasks)
+    assert f"the probe moves by {moves} points on MR / SUBJ / SST-2" in flat
+    spread = {t: max(with_graphs["probe"][t]["std"], without["probe"][t]["std"])
+              for t in ("mr", "subj")}
+    move = {t: abs(with_graphs["probe"][t]["accuracy"] - without["probe"][t]["accuracy"])
+            for t in ("mr", "subj")}
+    assert move["subj"] > spread["subj"] and move["mr"] < spread["mr"]
+    assert "only SUBJ's move is larger than the folds' spread" in flat
+    for result in (fed, control):
+        point = result["curve"][newest]["probe"]
+        bow = result["baselines"]["results"]["bow"]
+        assert all(point[t]["accuracy"] < bow[t]["accuracy"] for t in tasks)
+    assert "Both encoders stay below the bag of words of their own embeddings on all three" in flat
