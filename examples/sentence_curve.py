@@ -162,6 +162,9 @@ def main(argv=None):
         record["curve"][name] = {"steps": metrics["steps"], "pairs_seen": metrics["pairs_seen"],
                                  "epoch_seconds": metrics.get("epoch_seconds"),
                                  "losses": metrics["last_epoch"],
+                                 # the steps the losses average (None: a snapshot from before
+                                 # loss_steps was recorded); fewer than the epoch's after a resume
+                                 "loss_steps": metrics.get("loss_steps"),
                                  "probe": results[pooled_name(name, args.pooling)]}
     if baselines:
         record["baselines"] = {"snapshot": newest,

@@ -85,7 +85,7 @@ def test_epoch_snapshots_hold_the_model_of_each_epoch_and_the_probe_reads_them(t
     first = run_dir / "snapshots" / "step-0000005"
     info = json.load(open(first / "metrics.json"))
     assert info["steps"] == 5 and info["epochs"] == 1 and info["pairs_seen"] == 60
-    assert info["epoch_seconds"] > 0
+    assert info["epoch_seconds"] > 0 and info["loss_steps"] == 5
     # The first snapshot is the model a run of one epoch ends with; the last, the final model.
     assert pretrain(corpus, tmp_path / "one", "--epochs", "1") == 0
     for a, b in zip(weights(first)[1], weights(tmp_path / "one")[1]):
@@ -104,6 +104,30 @@ def test_epoch_snapshots_hold_the_model_of_each_epoch_and_the_probe_reads_them(t
     # Turning snapshots on for a resumed run is allowed (a run setting, not a model setting).
     assert pretrain(corpus, tmp_path / "one", "--epochs", "2", "--snapshot-every-epoch") == 0
     assert os.listdir(tmp_path / "one" / "snapshots") == ["step-0000010"]
+
+
+def test_a_snapshot_after_a_resumption_says_what_its_losses_cover(tmp_path):
+    """Resumed mid-epoch from step 3 of 5, the epoch's losses cover its last 2 steps; a
+    snapshot the run wrote before it was interrupted is kept as it was."""
+    corpus = write_corpus(tmp_path / "corpus.txt")  # 5 steps of 12 per epoch
+    run_dir = tmp_path / "run"
+    assert pretrain(corpus, run_dir, "--epochs", "1", "--snapshot-every-epoch") == 0
+    snapshot = run_dir / "snapshots" / "step-0000005" / "metrics.json"
+    whole = json.load(open(snapshot))
+    assert whole["loss_steps"] == 5
+
+    def back_to_step_3():
+        shutil.rmtree(run_dir / "checkpoints" / "ckpt-0000000005")
+        (run_dir / "checkpoints" / "latest").write_text("ckpt-0000000003")
+        return pretrain(corpus, run_dir, "--epochs", "1", "--snapshot-every-epoch")
+
+    assert back_to_step_3() == 0
+    assert json.load(open(snapshot)) == whole  # kept
+    shutil.rmtree(snapshot.parent)
+    assert back_to_step_3() == 0
+    resumed = json.load(open(snapshot))
+    assert resumed["loss_steps"] == 2 and resumed["steps"] == 5
+    assert resumed["last_epoch"] != whole["last_epoch"]
 
 
 def test_changed_settings_are_refused_on_resume(tmp_path, capsys):
@@ -309,6 +333,7 @@ def test_the_probe_curve_reads_each_snapshot_resumes_and_merges(tmp_path):
     for point in record["curve"].values():
         assert 0.0 <= point["probe"]["task"]["accuracy"] <= 1.0
         assert set(point["losses"]) == {"loss", "qt_loss", "sp_loss", "g2l_loss"}
+        assert point["loss_steps"] == 5  # every step of its epoch
     assert "| 120 pairs |" in record["table"] and "| bow (step-0000010) |" in record["table"]
     # Everything probed already is kept as it is: a rerun probes nothing.
     kept = record["curve"]

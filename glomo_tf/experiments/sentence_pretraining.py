@@ -221,23 +221,32 @@ def load_data(s, tokenizer=None, run_dir=None):
 
 def epoch_snapshot(run_dir, batch_size):
     """A Keras callback: after each epoch, the model and the tokenizer in
-    ``RUN/snapshots/step-N/`` with ``metrics.json`` (steps, pairs seen, the epoch's seconds
-    (of its resumed part, after a resumption) and losses)."""
+    ``RUN/snapshots/step-N/`` with ``metrics.json`` (steps, pairs seen, the epoch's seconds and
+    mean losses over its ``loss_steps`` steps: after a resumption, its resumed part only). A
+    snapshot already there (written before the run was interrupted and resumed from an earlier
+    checkpoint) is kept: the resumed run reaches the same weights, and its losses cover the
+    whole epoch."""
     import keras
 
     from glomo_tf.training import is_chief
 
     class EpochSnapshot(keras.callbacks.Callback):
         started = None
+        steps = 0
 
         def on_epoch_begin(self, epoch, logs=None):
-            self.started = time.perf_counter()
+            self.started, self.steps = time.perf_counter(), 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
 
         def on_epoch_end(self, epoch, logs=None):
             if not is_chief():
                 return
             step = int(self.model.optimizer.iterations.numpy())
             target = os.path.join(run_dir, "snapshots", f"step-{step:07d}")
+            if os.path.isfile(os.path.join(target, "metrics.json")):
+                return
             partial = target + ".partial"
             shutil.rmtree(partial, ignore_errors=True)
             shutil.copytree(os.path.join(run_dir, "tokenizer"), os.path.join(partial, "tokenizer"))
@@ -245,6 +254,7 @@ def epoch_snapshot(run_dir, batch_size):
             with open(os.path.join(partial, "metrics.json"), "w") as f:
                 json.dump({"steps": step, "epochs": epoch + 1, "pairs_seen": step * batch_size,
                            "epoch_seconds": round(time.perf_counter() - self.started, 1),
+                           "loss_steps": self.steps,
                            "last_epoch": {k: float(v) for k, v in (logs or {}).items()
                                           if k.endswith("loss")}}, f, indent=1)
             shutil.rmtree(target, ignore_errors=True)
