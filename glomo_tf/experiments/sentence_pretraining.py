@@ -231,14 +231,11 @@ def epoch_snapshot(run_dir, batch_size):
     from glomo_tf.training import is_chief
 
     class EpochSnapshot(keras.callbacks.Callback):
-        started = None
-        steps = 0
+        started = first_step = None
 
         def on_epoch_begin(self, epoch, logs=None):
-            self.started, self.steps = time.perf_counter(), 0
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
+            self.started = time.perf_counter()
+            self.first_step = int(self.model.optimizer.iterations.numpy())
 
         def on_epoch_end(self, epoch, logs=None):
             if not is_chief():
@@ -254,7 +251,7 @@ def epoch_snapshot(run_dir, batch_size):
             with open(os.path.join(partial, "metrics.json"), "w") as f:
                 json.dump({"steps": step, "epochs": epoch + 1, "pairs_seen": step * batch_size,
                            "epoch_seconds": round(time.perf_counter() - self.started, 1),
-                           "loss_steps": self.steps,
+                           "loss_steps": step - self.first_step,
                            "last_epoch": {k: float(v) for k, v in (logs or {}).items()
                                           if k.endswith("loss")}}, f, indent=1)
             shutil.rmtree(target, ignore_errors=True)
