@@ -25,6 +25,10 @@ baselines; the first two into a file of their own, joined with ``--merge``; the 
 convergence (``examples/outputs/sentence_encoders_books_converged.json``, the newest snapshot
 only: ``--snapshots step-N``); ``--pooling max`` probes the runs' (and the random baseline's)
 states max-pooled instead of the thesis' last states; a file holds the probes of one setting only.
+``--heldout FILE`` adds each snapshot's losses on held-out text of the run's format (the first
+``--heldout-pairs`` pairs, at the run's batch size): unlike the epoch's training losses, which
+average the steps of an epoch (after a resumption, its resumed part only), they compare two runs'
+models at equal pairs on equal sentences.
 
 ``--tiny`` is the test suite's toy-size check: a run on a small generated corpus, probed on a
 generated task.
@@ -66,6 +70,10 @@ def parse_args(argv):
     p.add_argument("--pooling", default="final", choices=hparams.SENTENCE_POOLINGS,
                    help="the runs' and the random baseline's vectors (glomo probe --pooling): "
                    "final, the thesis' last states, or max / mean over the positions")
+    p.add_argument("--heldout", nargs="*", default=[], metavar="FILE",
+                   help="held-out text in the run's format: each snapshot's losses on its first "
+                   "--heldout-pairs sentence pairs, in batches of the run's batch size")
+    p.add_argument("--heldout-pairs", type=int, default=20000)
     p.add_argument("--tiny", action="store_true", help="toy size, generated data (tests)")
     args = p.parse_args(argv)
     if not args.tiny and not args.run:
@@ -127,6 +135,9 @@ def main(argv=None):
         args.run, task = tiny_run(folder)
         args.file, args.folds, args.inner_folds, args.c_values = [task], 2, 2, [1.0, 1e4]
     record = {"curve": {}, "baselines": {}}
+    run_config = json.load(open(os.path.join(args.run, "config.json")))
+    heldout = args.heldout and {"files": list(args.heldout), "pairs": args.heldout_pairs,
+                                "batch_size": run_config["batch_size"]}
     settings = {"folds": args.folds, "inner_folds": args.inner_folds,
                 "c_values": list(args.c_values), "max_iter": args.max_iter,
                 "pooling": args.pooling}
@@ -138,6 +149,12 @@ def main(argv=None):
             if before != settings:
                 raise SystemExit(f"error: {path} was probed with {before}, not {settings}: "
                                  "give the same settings, or another --output.")
+            if heldout and saved.get("heldout", heldout) != heldout:
+                raise SystemExit(f"error: {path} holds held-out losses of {saved['heldout']}, "
+                                 f"not {heldout}: give the same --heldout settings, or another "
+                                 "--output.")
+            if saved.get("heldout"):
+                record["heldout"] = saved["heldout"]
             record["curve"].update(saved.get("curve", {}))
             if saved.get("baselines", {}).get("results"):
                 record["baselines"] = saved["baselines"]
@@ -166,6 +183,18 @@ def main(argv=None):
                                  # loss_steps was recorded); fewer than the epoch's after a resume
                                  "loss_steps": metrics.get("loss_steps"),
                                  "probe": results[pooled_name(name, args.pooling)]}
+    if heldout:  # every point without them whose snapshot is here, probed now or before
+        from glomo_tf.experiments.sentence_pretraining import heldout_losses
+
+        record["heldout"] = heldout
+        present = {n for n, _ in snapshots}
+        for name, point in record["curve"].items():
+            if name in present and "heldout_losses" not in point:
+                point["heldout_losses"] = heldout_losses(
+                    os.path.join(args.run, "snapshots", name), args.heldout,
+                    run_config["format"], args.heldout_pairs, run_config["batch_size"],
+                    run_config["max_length"])
+                print(f"{name}: held-out losses {point['heldout_losses']}", flush=True)
     if baselines:
         record["baselines"] = {"snapshot": newest,
                                "results": {b: results[label[b]] for b in baselines}}
@@ -180,7 +209,7 @@ def main(argv=None):
         "command": "python examples/sentence_curve.py " + " ".join(sys.argv[1:] if argv is None
                                                                     else argv),
         "run": os.path.relpath(args.run, REPO) if not args.tiny else "tiny",
-        "run_config": json.load(open(os.path.join(args.run, "config.json"))),
+        "run_config": run_config,
         "probe_settings": settings,
         "table": markdown_table(rows, task_names),
         "wall_time_s_this_call": round(time.perf_counter() - started, 1)})

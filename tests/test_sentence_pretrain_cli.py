@@ -106,6 +106,41 @@ def test_epoch_snapshots_hold_the_model_of_each_epoch_and_the_probe_reads_them(t
     assert os.listdir(tmp_path / "one" / "snapshots") == ["step-0000010"]
 
 
+def test_held_out_losses_are_each_objectives_mean_over_the_first_pairs(tmp_path):
+    import tensorflow as tf
+
+    from glomo_tf.data import sentences
+    from glomo_tf.experiments.sentence_pretraining import heldout_losses
+
+    run_dir = tmp_path / "run"
+    assert pretrain(write_corpus(tmp_path / "corpus.txt"), run_dir, "--epochs", "1") == 0
+    heldout = write_corpus(tmp_path / "heldout.txt", documents=10, seed=1)  # 30 pairs
+    got = heldout_losses(str(run_dir), [heldout], "lines", max_pairs=25, batch_size=12,
+                         max_length=10)
+    assert got["pairs"] == 24  # two whole batches of the first 25 pairs
+    # The reference: the whole file's pairs, cut to the first 24, each batch's objectives by
+    # hand (Self Prediction's corruptions drawn from the same counter), averaged in NumPy.
+    model, _ = weights(run_dir)
+    tokenizer = Tokenizer.load(str(run_dir / "tokenizer"))
+    columns = sentences.encode_documents(sentences.iter_documents([heldout], "lines"),
+                                         tokenizer, 10)
+    state = model.seed_generator.state
+    state.assign(tf.stack([state[0], tf.zeros([], state.dtype)]))
+    per_batch = [model.objective_losses({k: v[i:i + 12] for k, v in columns.items()})
+                 for i in (0, 12)]
+    for objective in ("qt", "sp", "g2l"):
+        expected = np.mean([float(b[objective]) for b in per_batch])
+        np.testing.assert_allclose(got[f"{objective}_loss"], expected, rtol=1e-5)
+    np.testing.assert_allclose(got["loss"], got["qt_loss"] + got["sp_loss"] + got["g2l_loss"],
+                               rtol=1e-5)
+    # The same model and sentences give the same losses (the corruptions do not move on).
+    assert heldout_losses(str(run_dir), [heldout], "lines", 25, 12, 10) == got
+    with pytest.raises(ValueError, match="below one batch of 12; raise it"):
+        heldout_losses(str(run_dir), [heldout], "lines", max_pairs=8, batch_size=12)
+    with pytest.raises(ValueError, match="30 sentence pairs, fewer than one batch of 40"):
+        heldout_losses(str(run_dir), [heldout], "lines", max_pairs=100, batch_size=40)
+
+
 def test_a_snapshot_after_a_resumption_says_what_its_losses_cover(tmp_path):
     """Resumed mid-epoch from step 3 of 5, the epoch's losses cover its last 2 steps; a
     snapshot the run wrote before it was interrupted is kept as it was."""
@@ -357,3 +392,19 @@ def test_the_probe_curve_reads_each_snapshot_resumes_and_merges(tmp_path):
         "step-0000010"]
     assert set(record["baselines"]["results"]) == {"bow", "random"}
     assert record["baselines"]["results"]["bow"]["task"]["accuracy"] == 1.0
+    # Held-out losses, added to the points already probed (nothing probed again), at the
+    # run's batch size; later calls give the same held-out settings or none.
+    corpus = os.path.join(os.path.dirname(run_dir), "corpus.txt")
+    heldout = ["--heldout", corpus, "--heldout-pairs", "30"]
+    assert curve.main(common + heldout + ["--output", str(second)]) == 0
+    record = json.load(open(second))
+    assert record["heldout"] == {"files": [corpus], "pairs": 30, "batch_size": 12}
+    assert {k: v["probe"] for k, v in record["curve"].items()} == {
+        k: v["probe"] for k, v in kept.items()}
+    first_losses = [v["heldout_losses"] for v in record["curve"].values()]
+    assert [x["pairs"] for x in first_losses] == [24, 24]
+    assert first_losses[1]["loss"] < first_losses[0]["loss"]  # the text it trained on
+    assert curve.main(common + ["--output", str(second)]) == 0
+    assert json.load(open(second))["heldout"] == record["heldout"]
+    with pytest.raises(SystemExit, match="holds held-out losses of .* give the same --heldout"):
+        curve.main(common + ["--heldout", corpus, "--output", str(second)])

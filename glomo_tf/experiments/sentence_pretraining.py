@@ -219,6 +219,55 @@ def load_data(s, tokenizer=None, run_dir=None):
     return tokenizer, train, validation
 
 
+def heldout_losses(run_dir, paths, corpus_format="books", max_pairs=20000, batch_size=400,
+                   max_length=None):
+    """Each objective's mean loss over held-out text: ``{"qt_loss", "sp_loss", "g2l_loss",
+    "loss", "pairs"}`` for the model of a run or snapshot directory ``run_dir``.
+
+    The pairs are the first ``max_pairs`` consecutive-sentence pairs of ``paths`` (read in order,
+    one book at a time, never across books), in batches of ``batch_size`` in that order, the
+    last partial batch dropped: Quick Thoughts' and Global-to-Local's negatives are the batch's
+    other sentences, so a loss is comparable to another's at the same batch size only (give
+    the runs' own). Every objective is computed on every batch (``Model.evaluate``), and Self
+    Prediction's corruptions are drawn from the model's seed at a fixed counter, so two models
+    of the same seed see the same corrupted sentences. Training losses are means over the steps
+    of an epoch while the weights move; these compare models at one point of their training.
+    """
+    import tensorflow as tf
+
+    from glomo_tf.data import sentences
+    from glomo_tf.experiments.probe import load_sentence_run
+
+    if max_pairs < batch_size:
+        raise ValueError(f"max_pairs ({max_pairs}) is below one batch of {batch_size}; raise it.")
+    model, tokenizer = load_sentence_run(run_dir)
+    max_length = max_length or hparams.SENTENCE_PRETRAIN_COMMAND["max_length"]
+    wanted = max_pairs - max_pairs % batch_size
+
+    def first_documents():  # enough books for the pairs wanted, and no more read
+        seen = 0
+        for document in sentences.iter_documents(paths, corpus_format):
+            yield document
+            seen += max(len(document) - 1, 0)
+            if seen >= wanted:
+                return
+
+    columns = sentences.encode_documents(first_documents(), tokenizer, max_length,
+                                         model.neighbours)
+    found = len(columns["source"])
+    if found < batch_size:
+        raise ValueError(f"{', '.join(map(str, paths))}: {found} sentence pairs, fewer than one "
+                         f"batch of {batch_size}; pass more held-out text.")
+    count = min(found, wanted) // batch_size * batch_size
+    data = tf.data.Dataset.from_tensor_slices(
+        {k: v[:count] for k, v in columns.items()}).batch(batch_size)
+    state = model.seed_generator.state
+    state.assign(tf.stack([state[0], tf.zeros([], state.dtype)]))
+    model.compile(jit_compile=False)
+    losses = model.evaluate(data, verbose=0, return_dict=True)
+    return {**{k: float(v) for k, v in losses.items()}, "pairs": int(count)}
+
+
 def epoch_snapshot(run_dir, batch_size):
     """A Keras callback: after each epoch, the model and the tokenizer in
     ``RUN/snapshots/step-N/`` with ``metrics.json`` (steps, pairs seen, the epoch's seconds and
