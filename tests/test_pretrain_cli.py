@@ -435,3 +435,35 @@ def events_of_file(path):
     for event in tf.compat.v1.train.summary_iterator(path):
         for value in event.summary.value:
             yield value.tag, event.step, value
+
+
+@pytest.mark.parametrize("known_count", [True, False])
+def test_epochs_shorter_than_the_corpus_walk_through_all_of_it(known_count):
+    """Five epochs of 5,000 examples over a corpus of 25,000 (more than the shuffle buffer) hold
+    every example once; the sixth starts over. Each epoch is shuffled, and the same again when
+    built anew (a resumed run), skipped batches included."""
+    from glomo_tf.experiments.pretraining import epoch_stream
+
+    examples = tf.data.Dataset.range(25_000)
+    if not known_count:  # a stream of unknown length, its count given (glomo pretrain's windows)
+        examples = examples.filter(lambda x: True)
+        assert examples.cardinality() < 0
+    stream = epoch_stream(examples, 100, 50, 7, 0, 6, count=None if known_count else 25_000)
+    batches = [b.numpy() for b in stream.take(300)]
+    epochs = [np.concatenate(batches[50 * e:50 * (e + 1)]) for e in range(6)]
+    for e in range(5):
+        np.testing.assert_array_equal(np.sort(epochs[e]), np.arange(5_000 * e, 5_000 * (e + 1)))
+        assert np.mean(np.diff(epochs[e]) == 1) < 0.1  # shuffled within the epoch
+    np.testing.assert_array_equal(np.sort(epochs[5]), np.arange(5_000))
+    assert not np.array_equal(epochs[5], epochs[0])  # another epoch's shuffle
+    again = epoch_stream(examples, 100, 50, 7, 2, 4, skip_batches=10,
+                         count=None if known_count else 25_000)
+    np.testing.assert_array_equal(np.concatenate([b.numpy() for b in again.take(90)]),
+                                  np.concatenate(batches[110:200]))
+    # Epochs as long as the corpus hold all of it, each in another order.
+    whole = epoch_stream(examples, 100, 250, 7, 0, 2, count=None if known_count else 25_000)
+    batches = [b.numpy() for b in whole.take(500)]
+    first, second = np.concatenate(batches[:250]), np.concatenate(batches[250:])
+    for epoch in (first, second):
+        np.testing.assert_array_equal(np.sort(epoch), np.arange(25_000))
+    assert not np.array_equal(first, second)

@@ -314,20 +314,37 @@ def load_or_build_tokenizer(s, lines, run_dir):
     return tokenizer
 
 
-def epoch_stream(windows, global_batch, steps_per_epoch, seed, first_epoch, last_epoch,
-                 skip_batches=0):
+def epoch_stream(examples, global_batch, steps_per_epoch, seed, first_epoch, last_epoch,
+                 skip_batches=0, count=None):
     """Batches of epochs ``first_epoch .. last_epoch - 1``, each shuffled by ``(seed, epoch)``.
 
-    Every epoch is ``steps_per_epoch`` batches of a shuffle that depends only on the seed and the
-    epoch number, so a resumed run sees exactly the batches it would have seen; the first
-    ``skip_batches`` batches (already trained on) are skipped.
+    An epoch of ``S`` steps of ``B`` examples as long as the corpus (``count`` examples, or the
+    dataset's cardinality when known), less a partial batch, or longer, is the corpus shuffled in
+    a 10,000-example buffer (and repeated as needed). A shorter epoch ``e`` holds the examples
+    ``e S B .. (e + 1) S B - 1`` of the corpus repeated end to end (modulo ``count``), shuffled
+    in the same buffer: such epochs walk through the corpus one after the other, so every example
+    is trained on before any comes back. Each epoch depends only on the seed and its number, so a
+    resumed run sees exactly the batches it would have seen; the first ``skip_batches`` batches
+    (already trained on) are skipped.
     """
     import tensorflow as tf
 
+    per_epoch = steps_per_epoch * global_batch
+    if count is None:
+        known = int(examples.cardinality().numpy())
+        count = known if known > 0 else None
+
+    whole = count is not None and per_epoch + global_batch > count
+
     def one_epoch(epoch):
-        shuffled = windows.shuffle(10_000, seed=seed * 100_003 + epoch,
-                                   reshuffle_each_iteration=False)
-        return shuffled.repeat().batch(global_batch, drop_remainder=True).take(steps_per_epoch)
+        shuffle_seed = seed * 100_003 + epoch
+        if whole:  # an epoch is the corpus (less a partial batch): all of it, each time
+            return examples.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=False) \
+                .repeat().batch(global_batch, drop_remainder=True).take(steps_per_epoch)
+        start = epoch * per_epoch % count if count else epoch * per_epoch
+        part = examples.repeat().skip(start).take(per_epoch)
+        return part.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=False) \
+            .batch(global_batch, drop_remainder=True)
 
     stream = one_epoch(first_epoch)
     for epoch in range(first_epoch + 1, last_epoch):
@@ -383,6 +400,8 @@ def _pretrain(s, run_dir):
     except (ValueError, TypeError) as error:
         raise ValueError(str(error)) from None
     windows = stream_batches.unbatch()
+    batches = int(stream_batches.cardinality().numpy())  # known when the windows were counted
+    window_count = batches * global_batch if batches > 0 else None
     steps_per_epoch = s.steps_per_epoch or _count_batches(stream_batches)
 
     with strategy.scope():
@@ -410,13 +429,13 @@ def _pretrain(s, run_dir):
     history = []
     if done_in_epoch:  # finish the interrupted epoch first
         data = epoch_stream(windows, global_batch, steps_per_epoch, s.seed, first_epoch,
-                            first_epoch + 1, skip_batches=done_in_epoch)
+                            first_epoch + 1, skip_batches=done_in_epoch, count=window_count)
         history.append(model.fit(data, initial_epoch=first_epoch, epochs=first_epoch + 1,
                                  steps_per_epoch=steps_per_epoch - done_in_epoch, **fit_kwargs))
         first_epoch += 1
     if first_epoch < s.epochs and not model.stop_training:
         data = epoch_stream(windows, global_batch, steps_per_epoch, s.seed, first_epoch,
-                            s.epochs)
+                            s.epochs, count=window_count)
         history.append(model.fit(data, initial_epoch=first_epoch, epochs=s.epochs,
                                  steps_per_epoch=steps_per_epoch, **fit_kwargs))
     tokens_per_s = [v for h in history for v in h.history.get("tokens_per_s", [])]
