@@ -408,3 +408,10 @@ def test_the_probe_curve_reads_each_snapshot_resumes_and_merges(tmp_path):
     assert json.load(open(second))["heldout"] == record["heldout"]
     with pytest.raises(SystemExit, match="holds held-out losses of .* give the same --heldout"):
         curve.main(common + ["--heldout", corpus, "--output", str(second)])
+
+
+def test_short_epochs_say_they_read_the_corpus_part_after_part(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt")  # 60 pairs; epochs of 2 steps of 12
+    assert pretrain(corpus, tmp_path / "run", "--epochs", "1", "--steps-per-epoch", "2") == 0
+    assert ("60 sentence pairs, 18 units, 2 steps of 12 per epoch (an epoch reads the next part "
+            "of them: all in 3 epochs).") in capsys.readouterr().out

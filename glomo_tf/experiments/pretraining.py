@@ -403,6 +403,10 @@ def _pretrain(s, run_dir):
     batches = int(stream_batches.cardinality().numpy())  # known when the windows were counted
     window_count = batches * global_batch if batches > 0 else None
     steps_per_epoch = s.steps_per_epoch or _count_batches(stream_batches)
+    if window_count and steps_per_epoch * global_batch + global_batch <= window_count:
+        print(f"{window_count} windows; an epoch of {steps_per_epoch * global_batch} reads the "
+              f"next part of them (all in {-(-window_count // (steps_per_epoch * global_batch))} "
+              "epochs).", flush=True)
 
     with strategy.scope():
         model = GlomoPretrainer.from_sizes(tokenizer.vocabulary_size, **s.model_args(),

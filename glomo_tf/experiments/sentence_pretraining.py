@@ -15,7 +15,8 @@ the command runs. A run lives in one output directory, like ``glomo pretrain``'s
 
 Running the same command again resumes from the newest checkpoint with the same batches: each
 epoch's order is a function of the seed and the epoch (:func:`glomo_tf.experiments.pretraining.epoch_stream`)
-and the batches already trained on are skipped.
+and the batches already trained on are skipped. Epochs shorter than the corpus
+(``steps_per_epoch``) read it part after part.
 """
 
 import dataclasses
@@ -328,8 +329,11 @@ def _train(s, run_dir):
         raise ValueError(f"the corpus gives {pairs} sentence pairs, fewer than one batch of "
                          f"`batch_size` {s.batch_size}; lower it or add text.")
     steps_per_epoch = s.steps_per_epoch or pairs // s.batch_size
+    per_epoch = steps_per_epoch * s.batch_size
+    walk = (f" (an epoch reads the next part of them: all in {-(-pairs // per_epoch)} epochs)"
+            if per_epoch + s.batch_size <= pairs else "")
     print(f"{pairs} sentence pairs, {tokenizer.vocabulary_size} units, {steps_per_epoch} steps "
-          f"of {s.batch_size} per epoch.", flush=True)
+          f"of {s.batch_size} per epoch{walk}.", flush=True)
 
     predictor = None
     if s.graph_run:
