@@ -314,15 +314,19 @@ def load_or_build_tokenizer(s, lines, run_dir):
     return tokenizer
 
 
+# Examples in the shuffle buffer of each epoch (epoch_stream).
+SHUFFLE_BUFFER = 10_000
+
+
 def epoch_stream(examples, global_batch, steps_per_epoch, seed, first_epoch, last_epoch,
                  skip_batches=0, count=None):
     """Batches of epochs ``first_epoch .. last_epoch - 1``, each shuffled by ``(seed, epoch)``.
 
     An epoch of ``S`` steps of ``B`` examples as long as the corpus (``count`` examples, or the
     dataset's cardinality when known), less a partial batch, or longer, is the corpus shuffled in
-    a 10,000-example buffer (and repeated as needed). A shorter epoch ``e`` holds the examples
-    ``e S B .. (e + 1) S B - 1`` of the corpus repeated end to end (modulo ``count``), shuffled
-    in the same buffer: such epochs walk through the corpus one after the other, so every example
+    a buffer of ``SHUFFLE_BUFFER`` examples (and repeated as needed). A shorter epoch ``e`` holds
+    the examples ``e S B .. (e + 1) S B - 1`` of the corpus repeated end to end (modulo
+    ``count``), shuffled in the same buffer: such epochs walk through the corpus one after the other, so every example
     is trained on before any comes back. Each epoch depends only on the seed and its number, so a
     resumed run sees exactly the batches it would have seen; the first ``skip_batches`` batches
     (already trained on) are skipped.
@@ -337,14 +341,16 @@ def epoch_stream(examples, global_batch, steps_per_epoch, seed, first_epoch, las
     whole = count is not None and per_epoch + global_batch > count
 
     def one_epoch(epoch):
-        shuffle_seed = seed * 100_003 + epoch
+        def shuffled(dataset):
+            return dataset.shuffle(SHUFFLE_BUFFER, seed=seed * 100_003 + epoch,
+                                   reshuffle_each_iteration=False)
+
         if whole:  # an epoch is the corpus (less a partial batch): all of it, each time
-            return examples.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=False) \
-                .repeat().batch(global_batch, drop_remainder=True).take(steps_per_epoch)
+            return shuffled(examples).repeat().batch(global_batch, drop_remainder=True) \
+                .take(steps_per_epoch)
         start = epoch * per_epoch % count if count else epoch * per_epoch
         part = examples.repeat().skip(start).take(per_epoch)
-        return part.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=False) \
-            .batch(global_batch, drop_remainder=True)
+        return shuffled(part).batch(global_batch, drop_remainder=True)
 
     stream = one_epoch(first_epoch)
     for epoch in range(first_epoch + 1, last_epoch):
