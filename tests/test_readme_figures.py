@@ -1857,7 +1857,7 @@ def test_wide_book_run_and_its_max_pooled_states_come_from_their_json():
 def test_glomo_fed_book_run_and_its_control_come_from_their_json():
     """The full model fed with the built-in books predictor's graphs at book scale, beside the same
     model on the same vocabulary without graphs: every other setting equal, compared at equal
-    pairs, each beside its own bag of words."""
+    pairs on held-out text and in the probe, each beside its own bag of words."""
     doc = page("docs/guides/related-models.md")
     flat = " ".join(doc.split())
     fed, control = (load(f"sentence_encoders_books_glomo{s}.json") for s in ("", "_control"))
@@ -1869,29 +1869,94 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
     assert b["vocab"].endswith("glomo_books_en/assets/tokenizer") and a["vocab"] is None
     assert {k for k in a if a[k] != b.get(k)} == {"graph_run", "vocab"}
     assert (a["units"], a["format"], a["precision"]) == (128, "books", "float32")
-    newest = list(fed["curve"])[-1]
-    assert newest == list(control["curve"])[-1] == fed["baselines"]["snapshot"]
-    with_graphs, without = fed["curve"][newest], control["curve"][newest]
-    assert with_graphs["pairs_seen"] == without["pairs_seen"]
+    assert list(fed["curve"]) == list(control["curve"])  # points probed together
+    newest, first = list(fed["curve"])[-1], list(fed["curve"])[0]
+    assert newest == fed["baselines"]["snapshot"] == control["baselines"]["snapshot"]
+    # Held-out losses: the same text, pairs and batch size for both runs.
+    assert fed["heldout"] == control["heldout"] == {
+        "files": ["../shared/data/books/test.txt.gz"], "pairs": 20000, "batch_size": 400}
+    assert "the first 20,000 pairs of the books' test split, in batches of 400" in flat
     names = (("qt_loss", "Quick Thoughts", 2), ("sp_loss", "Self Prediction", 2),
              ("g2l_loss", "Global-to-Local", 1))
-    losses = ", ".join(f"{name} {with_graphs['losses'][key]:.{digits}f} against "
-                       f"{without['losses'][key]:.{digits}f}" for key, name, digits in names)
-    assert all(with_graphs["losses"][key] < without["losses"][key] for key, _, _ in names)
-    assert (f"After {with_graphs['pairs_seen']:,} pairs the graphs lower all three objectives' "
-            f"losses ({losses})") in flat
+    for name in fed["curve"]:
+        x, y = fed["curve"][name], control["curve"][name]
+        assert x["pairs_seen"] == y["pairs_seen"]
+        assert x["heldout_losses"]["pairs"] == y["heldout_losses"]["pairs"] == 20000
+        row = f"| {x['pairs_seen']:,} | " + " | ".join(
+            f"{x['heldout_losses'][k]:.{d}f} / {y['heldout_losses'][k]:.{d}f}"
+            for k, _, d in names) + " |"
+        assert row in doc, f"page lacks: {row}"
+    steps = {r["loss_steps"] for r in (fed["curve"][newest], control["curve"][newest])}
+    assert f"{max(steps):,} with the graphs and {min(steps):,} without" in flat
+    assert fed["curve"][newest]["loss_steps"] == max(steps)
+    new, old, new0, old0 = (fed["curve"][newest], control["curve"][newest], fed["curve"][first],
+                            control["curve"][first])
+
+    def held(point, key, digits):
+        return f"{point['heldout_losses'][key]:.{digits}f}"
+
+    assert new["heldout_losses"]["sp_loss"] < old["heldout_losses"]["sp_loss"]
+    assert new0["heldout_losses"]["sp_loss"] < old0["heldout_losses"]["sp_loss"]
+    for key in ("qt_loss", "g2l_loss"):
+        assert new["heldout_losses"][key] > old["heldout_losses"][key]
+        assert new0["heldout_losses"][key] > old0["heldout_losses"][key]
+        assert new0["losses"][key] < old0["losses"][key]  # lower in the first epoch's training
+    assert new0["losses"]["sp_loss"] < old0["losses"]["sp_loss"]
+    assert (f"After {new['pairs_seen']:,} pairs the graphs lower Self Prediction's held-out loss "
+            f"({held(new, 'sp_loss', 2)} against {held(old, 'sp_loss', 2)}; "
+            f"{held(new0, 'sp_loss', 2)} against {held(old0, 'sp_loss', 2)} after "
+            f"{new0['pairs_seen']:,}) and leave Quick Thoughts' and Global-to-Local's a little "
+            f"higher ({held(new, 'qt_loss', 2)} against {held(old, 'qt_loss', 2)}, "
+            f"{held(new, 'g2l_loss', 1)} against {held(old, 'g2l_loss', 1)})") in flat
+    training = ", ".join(f"{n} {new0['losses'][k]:.{d}f} against {old0['losses'][k]:.{d}f}"
+                         for k, n, d in names)
+    assert ("the first epoch's training means had all three lower with the graphs "
+            f"({training})") in flat
     tasks = ("mr", "subj", "sst2")
-    moves = " / ".join(f"{100 * (with_graphs['probe'][t]['accuracy'] - without['probe'][t]['accuracy']):+.1f}"
-                       for t in tasks)
-    assert f"the probe moves by {moves} points on MR / SUBJ / SST-2" in flat
-    spread = {t: max(with_graphs["probe"][t]["std"], without["probe"][t]["std"])
-              for t in ("mr", "subj")}
-    move = {t: abs(with_graphs["probe"][t]["accuracy"] - without["probe"][t]["accuracy"])
-            for t in ("mr", "subj")}
-    assert move["subj"] > spread["subj"] and move["mr"] < spread["mr"]
+
+    def moves(x, y):
+        return " / ".join(f"{100 * (x['probe'][t]['accuracy'] - y['probe'][t]['accuracy']):+.1f}"
+                          for t in tasks)
+
+    assert (f"The probe moves by {moves(new, old)} points on MR / SUBJ / SST-2 after "
+            f"{new['pairs_seen']:,} pairs ({moves(new0, old0)} after {new0['pairs_seen']:,})"
+            ) in flat
+    for x, y in ((new, old), (new0, old0)):
+        spread = {t: max(x["probe"][t]["std"], y["probe"][t]["std"]) for t in ("mr", "subj")}
+        move = {t: abs(x["probe"][t]["accuracy"] - y["probe"][t]["accuracy"])
+                for t in ("mr", "subj")}
+        assert move["subj"] > spread["subj"] and move["mr"] < spread["mr"]
     assert "only SUBJ's move is larger than the folds' spread" in flat
     for result in (fed, control):
         point = result["curve"][newest]["probe"]
         bow = result["baselines"]["results"]["bow"]
         assert all(point[t]["accuracy"] < bow[t]["accuracy"] for t in tasks)
     assert "Both encoders stay below the bag of words of their own embeddings on all three" in flat
+
+
+def test_what_the_book_sentence_runs_read_follows_from_their_settings():
+    """Each recorded book-scale sentence run drew every epoch from the corpus' first
+    ``steps x batch + SHUFFLE_BUFFER`` pairs (epochs then began at the corpus' start): the
+    figures of the paragraph that says so follow from the runs' settings and the run's log."""
+    from glomo_tf.experiments.pretraining import SHUFFLE_BUFFER
+
+    flat = " ".join(page("docs/guides/related-models.md").split())
+    names = ["sentence_encoders_books", "sentence_encoders_books_qt_sp",
+             "sentence_encoders_books_qt_g2l", "sentence_encoders_books_sp_g2l",
+             "sentence_encoders_books_units512", "sentence_encoders_books_glomo",
+             "sentence_encoders_books_glomo_control"]
+    epochs = {(load(f"{n}.json")["run_config"]["steps_per_epoch"],
+               load(f"{n}.json")["run_config"]["batch_size"]) for n in names}
+    assert len(epochs) == 1
+    steps, batch = epochs.pop()
+    with open(os.path.join(OUTPUTS, "sentence_encoders_books_pretrain.log")) as handle:
+        pairs = {int(m) for m in re.findall(r"^(\d+) sentence pairs", handle.read(), re.M)}
+    assert len(pairs) == 1
+    pairs = pairs.pop()
+    assert (f"each epoch of {steps * batch:,} pairs ({steps:,} steps of {batch}) was drawn from "
+            f"its first {steps * batch + SHUFFLE_BUFFER:,} (the epoch's and the "
+            f"{SHUFFLE_BUFFER:,} of the shuffle buffer), a quarter of the {pairs:,}") in flat
+    assert round(4 * (steps * batch + SHUFFLE_BUFFER) / pairs) == 1  # a quarter
+    passes = load("sentence_encoders_books.json")["curve"]
+    assert list(passes.values())[-1]["pairs_seen"] == 6 * steps * batch
+    assert "These pairs are six passes over the same first pairs of the books" in flat
