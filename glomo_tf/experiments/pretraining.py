@@ -326,10 +326,10 @@ def epoch_stream(examples, global_batch, steps_per_epoch, seed, first_epoch, las
     dataset's cardinality when known), less a partial batch, or longer, is the corpus shuffled in
     a buffer of ``SHUFFLE_BUFFER`` examples (and repeated as needed). A shorter epoch ``e`` holds
     the examples ``e S B .. (e + 1) S B - 1`` of the corpus repeated end to end (modulo
-    ``count``), shuffled in the same buffer: such epochs walk through the corpus one after the other, so every example
-    is trained on before any comes back. Each epoch depends only on the seed and its number, so a
-    resumed run sees exactly the batches it would have seen; the first ``skip_batches`` batches
-    (already trained on) are skipped.
+    ``count``), shuffled in the same buffer: such epochs walk through the corpus one after the
+    other, so every example is trained on before any comes back. Each epoch depends only on the
+    seed and its number, so a resumed run sees exactly the batches it would have seen; the first
+    ``skip_batches`` batches (already trained on) are skipped.
     """
     import tensorflow as tf
 

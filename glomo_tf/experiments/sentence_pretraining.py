@@ -246,10 +246,10 @@ def heldout_losses(run_dir, paths, corpus_format="books", max_pairs=20000, batch
     wanted = max_pairs - max_pairs % batch_size
 
     def first_documents():  # enough books for the pairs wanted, and no more read
-        seen = 0
+        seen, per_pair = 0, 2 if model.neighbours == "both" else 1
         for document in sentences.iter_documents(paths, corpus_format):
             yield document
-            seen += max(len(document) - 1, 0)
+            seen += max(len(document) - per_pair, 0)
             if seen >= wanted:
                 return
 
