@@ -136,6 +136,8 @@ def model_card(name):
              f"| corpus | {', '.join(info['corpus'])} |",
              f"| data licence | {info['data_licence']} |",
              f"| tokens seen | {info['tokens_seen']:,} |"]
+    if "text_read" in info:
+        lines.append(f"| text read | {info['text_read']} |")
     if "validation_perplexity" in info:
         lines.append(f"| validation perplexity | {info['validation_perplexity']:.1f} "
                      f"({info['validation_text']}) |")

@@ -1960,3 +1960,58 @@ def test_what_the_book_sentence_runs_read_follows_from_their_settings():
     passes = load("sentence_encoders_books.json")["curve"]
     assert list(passes.values())[-1]["pairs_seen"] == 6 * steps * batch
     assert "These pairs are six passes over the same first pairs of the books" in flat
+
+
+def test_what_the_books_predictors_read_and_the_rerun_that_reads_it_all():
+    """The books predictors' epochs were drawn from the corpus' first ``steps x batch +
+    SHUFFLE_BUFFER`` windows; the figures of the paragraph (and of the preset's card and the
+    README) follow from the run's settings, and the rerun's table and sentence from its curve."""
+    from glomo_tf.experiments.pretraining import SHUFFLE_BUFFER
+
+    doc = page("docs/results/where-graphs-pay.md")
+    flat = " ".join(doc.split())
+    old, walk = load("books_gru_curve.json"), load("books_gru_walk_curve.json")
+    settings = old["settings"]
+    per_epoch = settings["steps_per_epoch"] * settings["batch_size"]
+    first = per_epoch + SHUFFLE_BUFFER
+    tokens = first * settings["window"]
+    assert (f"each epoch's {per_epoch:,} windows ({settings['steps_per_epoch']} steps of "
+            f"{settings['batch_size']}) were drawn from its first {first:,} (the epoch's and the "
+            f"{SHUFFLE_BUFFER:,} of the shuffle buffer): {tokens:,} tokens at the start of "
+            "`train-00.txt.gz`") in flat
+    assert settings["train"][0].endswith("train-00.txt.gz")
+    for name in ("books_projected_curve.json", "books_projected_entmax15_curve.json"):
+        other = load(name)["settings"]
+        assert other["steps_per_epoch"] * other["batch_size"] == per_epoch
+    info = json.load(open(os.path.join(REPO, "glomo_tf", "builtin_presets", "glomo_books_en",
+                                       "metadata.json")))
+    assert info["tokens_seen"] == 12 * per_epoch * settings["window"]
+    assert (f"twelve epochs of {per_epoch:,} windows of {settings['window']} units, each drawn "
+            f"from the corpus' first {first:,} windows ({tokens:,} tokens") in info["text_read"]
+    readme = " ".join(page("README.md").split())
+    assert (f"{info['tokens_seen'] / 1e6:.1f}M tokens seen, all from the corpus' first "
+            f"{tokens / 1e6:.1f}M") in readme
+    # The rerun: the same settings but the output directory, read part after part.
+    assert walk["settings"] == settings | {"validation": walk["settings"]["validation"]}
+    rows = []
+    for a, b in zip(old["curve"], walk["curve"]):
+        assert a["tokens_seen"] == b["tokens_seen"]
+        rows.append(f"| {a['epoch']} | {a['tokens_seen'] / 1e6:.1f}M | {a['val_perplexity']:.0f} "
+                    f"({a['train_perplexity']:.0f}) | {b['val_perplexity']:.0f} "
+                    f"({b['train_perplexity']:.0f}) |")
+    for row in rows:
+        assert row in doc, f"page lacks: {row}"
+    n = len(walk["curve"])
+    assert n >= 12
+    o12, w12 = old["curve"][11], walk["curve"][11]
+    on, wn = old["curve"][n - 1], walk["curve"][n - 1]
+    assert w12["val_perplexity"] < o12["val_perplexity"]
+    assert wn["val_perplexity"] < on["val_perplexity"]
+    assert (wn["val_perplexity"] - wn["train_perplexity"]) < (on["val_perplexity"]
+                                                              - on["train_perplexity"])
+    assert (f"at validation perplexity {w12['val_perplexity']:.0f} after twelve epochs "
+            f"({w12['tokens_seen'] / 1e6:.1f}M tokens) against the first run's "
+            f"{o12['val_perplexity']:.0f}, and {wn['val_perplexity']:.0f} after {n} (the first "
+            f"run: {on['val_perplexity']:.0f})") in flat
+    assert (f"({wn['train_perplexity']:.0f} against {wn['val_perplexity']:.0f}), where the first "
+            f"run's fell to {on['train_perplexity']:.0f}") in flat
