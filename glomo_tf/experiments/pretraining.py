@@ -133,7 +133,8 @@ class PretrainingConfig:
     epochs: int = setting(10, "epochs in all (a resumed run trains the ones missing)",
                           group="optimisation")
     steps_per_epoch: Optional[int] = setting(None, "default: one pass over the training "
-                                             "windows", group="optimisation")
+                                             "windows; shorter epochs read them part after part",
+                                             group="optimisation")
     batch_size: Optional[int] = setting(None, "windows per replica per step (global = this x "
                                         "replicas; default 32)", group="optimisation")
     global_batch_size: Optional[int] = setting(None, "windows per step over all replicas "

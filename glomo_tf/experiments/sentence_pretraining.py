@@ -91,7 +91,8 @@ class SentencePretrainingConfig:
     clipnorm: float = setting(0.0, "global gradient-norm clip (0: none)", group="optimisation")
     epochs: int = setting(10, "epochs in all (a resumed run trains the ones missing)",
                           group="optimisation")
-    steps_per_epoch: Optional[int] = setting(None, "default: one pass over the sentence pairs",
+    steps_per_epoch: Optional[int] = setting(None, "default: one pass over the sentence pairs; "
+                                             "shorter epochs read them part after part",
                                              group="optimisation")
     batch_size: int = setting(_CMD["batch_size"], "sentence pairs per step; the other pairs are "
                               "the negatives", group="optimisation")
