@@ -319,6 +319,15 @@ def load_or_build_tokenizer(s, lines, run_dir):
 SHUFFLE_BUFFER = 10_000
 
 
+def epochs_to_read(count, per_epoch, global_batch):
+    """How many epochs of ``per_epoch`` examples read a corpus of ``count`` when they are shorter
+    than it (less a partial batch) and :func:`epoch_stream` reads it part after part; ``None``
+    when each epoch is the whole corpus (or ``count`` is unknown)."""
+    if not count or per_epoch + global_batch > count:
+        return None
+    return -(-count // per_epoch)
+
+
 def epoch_stream(examples, global_batch, steps_per_epoch, seed, first_epoch, last_epoch,
                  skip_batches=0, count=None):
     """Batches of epochs ``first_epoch .. last_epoch - 1``, each shuffled by ``(seed, epoch)``.
@@ -339,7 +348,7 @@ def epoch_stream(examples, global_batch, steps_per_epoch, seed, first_epoch, las
         known = int(examples.cardinality().numpy())
         count = known if known > 0 else None
 
-    whole = count is not None and per_epoch + global_batch > count
+    whole = count is not None and epochs_to_read(count, per_epoch, global_batch) is None
 
     def one_epoch(epoch):
         def shuffled(dataset):
@@ -410,10 +419,10 @@ def _pretrain(s, run_dir):
     batches = int(stream_batches.cardinality().numpy())  # known when the windows were counted
     window_count = batches * global_batch if batches > 0 else None
     steps_per_epoch = s.steps_per_epoch or _count_batches(stream_batches)
-    if window_count and steps_per_epoch * global_batch + global_batch <= window_count:
+    parts = epochs_to_read(window_count, steps_per_epoch * global_batch, global_batch)
+    if parts:
         print(f"{window_count} windows; an epoch of {steps_per_epoch * global_batch} reads the "
-              f"next part of them (all in {-(-window_count // (steps_per_epoch * global_batch))} "
-              "epochs).", flush=True)
+              f"next part of them (all in {parts} epochs).", flush=True)
 
     with strategy.scope():
         model = GlomoPretrainer.from_sizes(tokenizer.vocabulary_size, **s.model_args(),

@@ -318,7 +318,7 @@ def _train(s, run_dir):
     from glomo_tf import training
     from glomo_tf.data.sentences import mask_id
     from glomo_tf.models.sentence_pretrainer import SentencePretrainer
-    from glomo_tf.experiments.pretraining import epoch_stream
+    from glomo_tf.experiments.pretraining import epoch_stream, epochs_to_read
     from glomo_tf.saving import load_graph_predictor
 
     started = time.perf_counter()
@@ -330,9 +330,8 @@ def _train(s, run_dir):
         raise ValueError(f"the corpus gives {pairs} sentence pairs, fewer than one batch of "
                          f"`batch_size` {s.batch_size}; lower it or add text.")
     steps_per_epoch = s.steps_per_epoch or pairs // s.batch_size
-    per_epoch = steps_per_epoch * s.batch_size
-    walk = (f" (an epoch reads the next part of them: all in {-(-pairs // per_epoch)} epochs)"
-            if per_epoch + s.batch_size <= pairs else "")
+    parts = epochs_to_read(pairs, steps_per_epoch * s.batch_size, s.batch_size)
+    walk = f" (an epoch reads the next part of them: all in {parts} epochs)" if parts else ""
     print(f"{pairs} sentence pairs, {tokenizer.vocabulary_size} units, {steps_per_epoch} steps "
           f"of {s.batch_size} per epoch{walk}.", flush=True)
 
