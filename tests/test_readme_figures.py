@@ -1918,9 +1918,29 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
         return " / ".join(f"{100 * (x['probe'][t]['accuracy'] - y['probe'][t]['accuracy']):+.1f}"
                           for t in tasks)
 
+    earlier = ", ".join(f"{moves(fed['curve'][n], control['curve'][n])} after "
+                        f"{fed['curve'][n]['pairs_seen']:,}" for n in list(fed["curve"])[:-1])
     assert (f"The probe moves by {moves(new, old)} points on MR / SUBJ / SST-2 after "
-            f"{new['pairs_seen']:,} pairs ({moves(new0, old0)} after {new0['pairs_seen']:,})"
-            ) in flat
+            f"{new['pairs_seen']:,} pairs ({earlier})") in flat
+    bow = fed["baselines"]["results"]["bow"]["subj"]["accuracy"]
+    subj = new["probe"]["subj"]["accuracy"]
+    assert (f"with the graphs SUBJ comes within {100 * (bow - subj):.1f} points of it "
+            f"({100 * subj:.1f} against {100 * bow:.1f})") in flat
+    # The third epoch read new pairs (epochs walk through the corpus from step 2,500 on): the
+    # held-out Global-to-Local loss fell further in it than in the second, which read the
+    # first epoch's pairs again.
+    names3 = list(fed["curve"])
+    assert names3[:3] == ["step-0001250", "step-0002500", "step-0003750"]
+
+    def fell(result, a, b):
+        return (result["curve"][names3[a]]["heldout_losses"]["g2l_loss"]
+                - result["curve"][names3[b]]["heldout_losses"]["g2l_loss"])
+
+    third, second = (fell(fed, 1, 2), fell(control, 1, 2)), (fell(fed, 0, 1), fell(control, 0, 1))
+    assert min(third) > max(second)
+    assert (f"fell further in it (by {third[0]:.1f} and {third[1]:.1f}) than in the second "
+            f"epoch, which read their first epoch's pairs again (by {second[0]:.1f} and "
+            f"{second[1]:.1f})") in flat
     for x, y in ((new, old), (new0, old0)):
         spread = {t: max(x["probe"][t]["std"], y["probe"][t]["std"]) for t in ("mr", "subj")}
         move = {t: abs(x["probe"][t]["accuracy"] - y["probe"][t]["accuracy"])
