@@ -1164,6 +1164,10 @@ def test_where_the_graphs_pay_figures_come_from_their_json():
                       "books_mr_stats_gru.json", 12),
             books_row("`gru` (the paper), bfloat16, 20 epochs", "books_gru_curve.json",
                       "books_mr_stats_gru_20.json", 20),
+            books_row("`gru` (the paper), bfloat16, 20 epochs, read part after part",
+                      "books_gru_walk_curve.json", "books_mr_stats_gru_walk.json", 20),
+            pay_row("SICK, the predictor read part after part",
+                    load("sick_walk_results.json")["summary"]),
             books_row("`projected`, bfloat16, 20 epochs", "books_projected_curve.json",
                       "books_mr_stats_projected.json", 20),
             books_row("`projected` + `entmax15`, bfloat16, 20 epochs",
@@ -1980,6 +1984,62 @@ def test_what_the_book_sentence_runs_read_follows_from_their_settings():
     passes = load("sentence_encoders_books.json")["curve"]
     assert list(passes.values())[-1]["pairs_seen"] == 6 * steps * batch
     assert "These pairs are six passes over the same first pairs of the books" in flat
+
+
+def test_the_books_rerun_graphs_and_their_sick_transfer_come_from_their_json():
+    """The predictor that read the corpus part after part: its graphs' share of the uniform
+    graph's entropy beside the first run's, and its SICK transfer paired with its own uniform
+    graph and, seed by seed, with the first predictor's runs."""
+    from glomo_tf import evaluation
+
+    flat = " ".join(page("docs/results/where-graphs-pay.md").split())
+
+    def share(name):
+        stats = load(name)
+        graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
+        return 100 * sum(g["entropy"] for g in graphs) / len(graphs) / stats["uniform"][
+            "forward"][0]["entropy"]
+
+    mr = [share(f"books_mr_stats_gru{s}.json") for s in ("_walk", "", "_20")]
+    sick = [share(f"books_sick_stats_gru{s}.json") for s in ("_walk", "", "_20")]
+    assert mr[0] > max(mr[1:]) and sick[0] > max(sick[1:])  # "flatter graphs, not sharper"
+    assert (f"on MR its rows hold {mr[0]:.0f}% of the uniform graph's entropy") in flat
+    assert (f"against the first run's {mr[1]:.0f}% after twelve epochs and {mr[2]:.0f}% after "
+            f"twenty, and on SICK's 5,001 distinct test sentences {sick[0]:.0f}% against "
+            f"{sick[1]:.0f}% and {sick[2]:.0f}%") in flat
+    for name in ("books_mr_stats_gru_walk.json", "books_sick_stats_gru_walk.json"):
+        assert load(name)["model"].endswith("gru_walk/graph_predictor.keras")
+    assert load("books_sick_stats_gru_walk.json")["predictor"]["units"] == load(
+        "books_sick_stats_gru.json")["predictor"]["units"]  # the same sentences
+    walk, first = load("sick_walk_results.json"), load("sick_results.json")
+    assert walk["config"]["run"].endswith("books/gru_walk")
+    same = {k for k in first["config"] if first["config"][k] != walk["config"].get(k)}
+    assert same <= {"run", "output_dir", "variants", "verbose"}, same  # the rest as measured
+    assert sorted(walk["config"]["variants"]) == sorted(first["config"]["variants"])
+    short = paired_text(walk["summary"]["paired_with_uniform"]["glomo_rnn"])
+    before = paired_text(first["summary"]["paired_with_uniform"]["glomo_rnn"])
+    apart = {v: paired_text(evaluation.paired_comparison(
+        evaluation.per_seed_accuracy(walk["runs"], v),
+        evaluation.per_seed_accuracy(first["runs"], v)))
+        for v in ("glomo_rnn", "uniform", "glomo_embeddings")}
+    figure = (f"graphs on the BiGRU states lead the uniform graph by {short[:5]} points "
+              f"{short[6:]}, against {before} with the first run's predictor; paired seed by "
+              f"seed with the first predictor's `glomo_rnn` runs they are {apart['glomo_rnn']}, "
+              f"and the uniform graph, which reads no predictor, {apart['uniform']} against its "
+              "first runs")
+    assert figure in flat, f"page lacks: {figure}"
+    embeddings = [paired_text(result["summary"]["paired_with_uniform"]["glomo_embeddings"])
+                  for result in (walk, first)]
+    figure = (f"its graphs lead the uniform graph by {embeddings[0][:5]} {embeddings[0][6:]}, "
+              f"against the first predictor's {embeddings[1]}; seed by seed "
+              f"{apart['glomo_embeddings'][:5]} over the first predictor's `glomo_embeddings` "
+              f"runs {apart['glomo_embeddings'][6:]}")
+    assert figure in flat, f"page lacks: {figure}"
+    # "moved neither fusion measurably": no seed-by-seed difference at p < 0.05
+    for v in ("glomo_rnn", "glomo_embeddings"):
+        assert evaluation.paired_comparison(evaluation.per_seed_accuracy(walk["runs"], v),
+                                            evaluation.per_seed_accuracy(first["runs"], v)
+                                            )["p"] >= 0.05
 
 
 def test_what_the_books_predictors_read_and_the_rerun_that_reads_it_all():
