@@ -176,6 +176,15 @@ def model_card(name):
                   f"It does not on MRPC ({100 * mrpc['mean_difference']:+.2f}, p "
                   f"{mrpc['p']:.2f}), nor on single-sentence classification (MR, SUBJ, SST-2 "
                   "with the WikiText-2 predictors: level with a uniform graph).", ""]
+        walk = _load("sick_walk_results.json")["summary"]["paired_with_uniform"]["glomo_rnn"]
+        walk_curve = _load("books_gru_walk_curve.json")["curve"][-1]
+        lines += [f"A predictor of the same settings that read its corpus part after part "
+                  f"(validation perplexity {walk_curve['val_perplexity']:.0f} after "
+                  f"{walk_curve['tokens_seen'] / 1e6:.1f}M tokens) draws flatter graphs and "
+                  f"transferred no better on SICK (graphs on the RNN states "
+                  f"{100 * walk['mean_difference']:+.2f} over the uniform graph, p "
+                  f"{walk['p']:.3f}; `examples/outputs/sick_walk_results.json`, "
+                  "docs/results/where-graphs-pay.md), so these weights stay.", ""]
     lines += ["Check a loaded copy against the graphs recorded when it was written: "
               f"`glomo_tf.presets.check_preset(\"{name}\")` (the largest difference).", ""]
     return "\n".join(lines)
