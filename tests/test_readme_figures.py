@@ -1933,12 +1933,12 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
     # The third epoch read new pairs (epochs walk through the corpus from step 2,500 on): the
     # held-out Global-to-Local loss fell further in it than in the second, which read the
     # first epoch's pairs again.
-    names3 = list(fed["curve"])
-    assert names3[:3] == ["step-0001250", "step-0002500", "step-0003750"]
+    snapshots = list(fed["curve"])
+    assert snapshots[:3] == ["step-0001250", "step-0002500", "step-0003750"]
 
     def fell(result, a, b):
-        return (result["curve"][names3[a]]["heldout_losses"]["g2l_loss"]
-                - result["curve"][names3[b]]["heldout_losses"]["g2l_loss"])
+        return (result["curve"][snapshots[a]]["heldout_losses"]["g2l_loss"]
+                - result["curve"][snapshots[b]]["heldout_losses"]["g2l_loss"])
 
     third, second = (fell(fed, 1, 2), fell(control, 1, 2)), (fell(fed, 0, 1), fell(control, 0, 1))
     assert min(third) > max(second)
@@ -2013,17 +2013,17 @@ def test_the_books_rerun_graphs_and_their_sick_transfer_come_from_their_json():
         "books_sick_stats_gru.json")["predictor"]["units"]  # the same sentences
     walk, first = load("sick_walk_results.json"), load("sick_results.json")
     assert walk["config"]["run"].endswith("books/gru_walk")
-    same = {k for k in first["config"] if first["config"][k] != walk["config"].get(k)}
-    assert same <= {"run", "output_dir", "variants", "verbose"}, same  # the rest as measured
+    differ = {k for k in first["config"] if first["config"][k] != walk["config"].get(k)}
+    assert differ <= {"run", "output_dir", "variants", "verbose"}, differ  # the rest as measured
     assert sorted(walk["config"]["variants"]) == sorted(first["config"]["variants"])
-    short = paired_text(walk["summary"]["paired_with_uniform"]["glomo_rnn"])
+    walk_rnn = paired_text(walk["summary"]["paired_with_uniform"]["glomo_rnn"])
     before = paired_text(first["summary"]["paired_with_uniform"]["glomo_rnn"])
     apart = {v: paired_text(evaluation.paired_comparison(
         evaluation.per_seed_accuracy(walk["runs"], v),
         evaluation.per_seed_accuracy(first["runs"], v)))
         for v in ("glomo_rnn", "uniform", "glomo_embeddings")}
-    figure = (f"graphs on the BiGRU states lead the uniform graph by {short[:5]} points "
-              f"{short[6:]}, against {before} with the first run's predictor; paired seed by "
+    figure = (f"graphs on the BiGRU states lead the uniform graph by {walk_rnn[:5]} points "
+              f"{walk_rnn[6:]}, against {before} with the first run's predictor; paired seed by "
               f"seed with the first predictor's `glomo_rnn` runs they are {apart['glomo_rnn']}, "
               f"and the uniform graph, which reads no predictor, {apart['uniform']} against its "
               "first runs")
