@@ -1013,10 +1013,7 @@ def projected_sentence():
                "sixteenth", "seventeenth", "eighteenth", "nineteenth", "twentieth"]
 
     def share(name):
-        stats = load(name)
-        graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
-        entropy = sum(g["entropy"] for g in graphs) / len(graphs)
-        return f"{100 * entropy / stats['uniform']['forward'][0]['entropy']:.0f}%"
+        return f"{entropy_share(name):.0f}%"
 
     return (f"validation perplexity {rows[0]['val_perplexity']:.0f} after the first epoch, "
             f"{rows[-1]['val_perplexity']:.0f} after {rows[-1]['tokens_seen'] / 1e6:.1f}M tokens "
@@ -1063,6 +1060,15 @@ def listops_agreement_row(label, agreement):
     return (f"| {label} | {agreement['units']:,} | {best['share']:.3f} (layer {best['layer']}, head "
             f"{best['head']}) | {averaged['share']:.3f} (layer {averaged['layer']}) | "
             f"{offset['share']:.3f} (t - {offset['offset']}) | {agreement['chance']:.3f} |")
+
+
+def entropy_share(name):
+    """The mean row entropy of a ``glomo extract --stats-json`` file's graphs (every layer and
+    direction), in percent of the uniform graph's."""
+    stats = load(name)
+    graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
+    entropy = sum(g["entropy"] for g in graphs) / len(graphs)
+    return 100 * entropy / stats["uniform"]["forward"][0]["entropy"]
 
 
 def books_row(label, curve_file, stats_file, epochs):
@@ -1198,10 +1204,7 @@ def test_where_the_graphs_pay_figures_come_from_their_json():
     rates_halved = len({row["learning_rate"] for row in curve}) - 1
 
     def share_of_uniform(name):
-        stats = load(name)
-        graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
-        entropy = sum(g["entropy"] for g in graphs) / len(graphs)
-        return f"{100 * entropy / stats['uniform']['forward'][0]['entropy']:.0f}%"
+        return f"{entropy_share(name):.0f}%"
 
     for figure in [
             f"from {first['val_perplexity']:.0f} after {first['tokens_seen'] / 1e6:.1f}M tokens "
@@ -1994,14 +1997,8 @@ def test_the_books_rerun_graphs_and_their_sick_transfer_come_from_their_json():
 
     flat = " ".join(page("docs/results/where-graphs-pay.md").split())
 
-    def share(name):
-        stats = load(name)
-        graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
-        return 100 * sum(g["entropy"] for g in graphs) / len(graphs) / stats["uniform"][
-            "forward"][0]["entropy"]
-
-    mr = [share(f"books_mr_stats_gru{s}.json") for s in ("_walk", "", "_20")]
-    sick = [share(f"books_sick_stats_gru{s}.json") for s in ("_walk", "", "_20")]
+    mr = [entropy_share(f"books_mr_stats_gru{s}.json") for s in ("_walk", "", "_20")]
+    sick = [entropy_share(f"books_sick_stats_gru{s}.json") for s in ("_walk", "", "_20")]
     assert mr[0] > max(mr[1:]) and sick[0] > max(sick[1:])  # "flatter graphs, not sharper"
     assert (f"on MR its rows hold {mr[0]:.0f}% of the uniform graph's entropy") in flat
     assert (f"against the first run's {mr[1]:.0f}% after twelve epochs and {mr[2]:.0f}% after "
