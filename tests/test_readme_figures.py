@@ -1894,8 +1894,12 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
             f"{x['heldout_losses'][k]:.{d}f} / {y['heldout_losses'][k]:.{d}f}"
             for k, _, d in names) + " |"
         assert row in doc, f"page lacks: {row}"
-    steps = [r["curve"][newest]["loss_steps"] for r in (fed, control)]
-    assert f"{steps[0]:,} with the graphs and {steps[1]:,} without" in flat
+    # The epochs' training means average the steps since each run's last start.
+    fourth = list(fed["curve"])[3]
+    steps = [r["curve"][fourth]["loss_steps"] for r in (fed, control)]
+    assert steps[0] != steps[1]
+    assert (f"which differ between the runs (in the fourth epoch here {steps[0]:,} with the graphs "
+            f"and {steps[1]:,} without)") in flat
     new, old, new0, old0 = (fed["curve"][newest], control["curve"][newest], fed["curve"][first],
                             control["curve"][first])
 
@@ -1956,18 +1960,28 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
             spread = max(x["probe"][t]["std"], y["probe"][t]["std"])
             if abs(x["probe"][t]["accuracy"] - y["probe"][t]["accuracy"]) > spread:
                 beyond[t].append(name)
-    assert beyond == {"mr": [], "subj": snapshots[:3]} and len(snapshots) == 4
+    assert beyond == {"mr": [], "subj": snapshots[:3]} and len(snapshots) == 5
     assert ("SUBJ's move was larger than the folds' spread at the first three points and is "
-            "inside it at the fourth, MR's is inside it at every point") in flat
-    # The fourth epoch read new pairs as well: there the held-out Global-to-Local loss rose.
-    rose = (-fell(fed, 2, 3), -fell(control, 2, 3))
-    assert min(rose) > 0
+            "inside it at the last two, MR's is inside it at every point") in flat
+    # The fourth epoch read new pairs as well, the fifth the corpus' end and then its start again:
+    # in both the held-out Global-to-Local loss rose while the other two fell.
+    rose = [(-fell(fed, i - 1, i), -fell(control, i - 1, i)) for i in (3, 4)]
+    assert min(min(r) for r in rose) > 0
     for result in (fed, control):
         for key in ("qt_loss", "sp_loss"):
-            losses = [result["curve"][snapshots[i]]["heldout_losses"][key] for i in (2, 3)]
-            assert losses[1] < losses[0]
-    assert (f"in it the held-out Global-to-Local loss rose in both runs (by {rose[0]:.1f} and "
-            f"{rose[1]:.1f}) while Quick Thoughts' and Self Prediction's still fell") in flat
+            losses = [result["curve"][name]["heldout_losses"][key] for name in snapshots[2:]]
+            assert losses == sorted(losses, reverse=True)
+    assert (f"in it the held-out Global-to-Local loss rose in both runs (by {rose[0][0]:.1f} and "
+            f"{rose[0][1]:.1f}) while Quick Thoughts' and Self Prediction's still fell") in flat
+    per_epoch = fed["run_config"]["steps_per_epoch"] * fed["run_config"]["batch_size"]
+    with open(os.path.join(OUTPUTS, "sentence_encoders_books_pretrain.log")) as handle:
+        pairs = int(re.search(r"^(\d+) sentence pairs", handle.read(), re.M).group(1))
+    last = pairs - 4 * per_epoch
+    assert 0 < last < per_epoch  # the rest wraps into the first epoch's pairs
+    assert (f"The fifth read the corpus' last {last:,} pairs, then its first {per_epoch - last:,}, "
+            f"which the first two epochs had read: the held-out Global-to-Local loss rose further "
+            f"(by {rose[1][0]:.1f} and {rose[1][1]:.1f}), Quick Thoughts' and Self Prediction's "
+            "fell again") in flat
     for result in (fed, control):
         point = result["curve"][newest]["probe"]
         bow = result["baselines"]["results"]["bow"]
