@@ -1861,6 +1861,12 @@ def test_wide_book_run_and_its_max_pooled_states_come_from_their_json():
             f"{losses['sp_loss']:.2f}; Global-to-Local {losses['g2l_loss']:.0f})") in flat
 
 
+def book_sentence_pairs():
+    """The books' sentence-pair counts the 128-unit run's pretraining log reports (one a start)."""
+    with open(os.path.join(OUTPUTS, "sentence_encoders_books_pretrain.log")) as handle:
+        return {int(m) for m in re.findall(r"^(\d+) sentence pairs", handle.read(), re.M)}
+
+
 def test_glomo_fed_book_run_and_its_control_come_from_their_json():
     """The full model fed with the built-in books predictor's graphs at book scale, beside the same
     model on the same vocabulary without graphs: every other setting equal, compared at equal
@@ -1877,8 +1883,9 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
     # ``epochs`` is where a run stops (resuming may raise it), not how it trains.
     assert {k for k in a if a[k] != b.get(k)} - {"epochs"} == {"graph_run", "vocab"}
     assert (a["units"], a["format"], a["precision"]) == (128, "books", "float32")
-    assert list(fed["curve"]) == list(control["curve"])  # points probed together
-    newest, first = list(fed["curve"])[-1], list(fed["curve"])[0]
+    snapshots = list(fed["curve"])
+    assert snapshots == list(control["curve"])  # points probed together
+    newest, first = snapshots[-1], snapshots[0]
     assert newest == fed["baselines"]["snapshot"] == control["baselines"]["snapshot"]
     # Held-out losses: the same text, pairs and batch size for both runs.
     assert fed["heldout"] == control["heldout"] == {
@@ -1895,8 +1902,7 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
             for k, _, d in names) + " |"
         assert row in doc, f"page lacks: {row}"
     # The epochs' training means average the steps since each run's last start.
-    fourth = list(fed["curve"])[3]
-    steps = [r["curve"][fourth]["loss_steps"] for r in (fed, control)]
+    steps = [r["curve"][snapshots[3]]["loss_steps"] for r in (fed, control)]
     assert steps[0] != steps[1]
     assert (f"which differ between the runs (in the fourth epoch here {steps[0]:,} with the graphs "
             f"and {steps[1]:,} without)") in flat
@@ -1930,7 +1936,7 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
                           for t in tasks)
 
     earlier = ", ".join(f"{moves(fed['curve'][n], control['curve'][n])} after "
-                        f"{fed['curve'][n]['pairs_seen']:,}" for n in list(fed["curve"])[:-1])
+                        f"{fed['curve'][n]['pairs_seen']:,}" for n in snapshots[:-1])
     assert (f"The probe moves by {moves(new, old)} points on MR / SUBJ / SST-2 after "
             f"{new['pairs_seen']:,} pairs ({earlier})") in flat
     bow = fed["baselines"]["results"]["bow"]["subj"]["accuracy"]
@@ -1940,7 +1946,6 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
     # The third epoch read new pairs (epochs walk through the corpus from step 2,500 on): the
     # held-out Global-to-Local loss fell further in it than in the second, which read the
     # first epoch's pairs again.
-    snapshots = list(fed["curve"])
     assert snapshots[:3] == ["step-0001250", "step-0002500", "step-0003750"]
 
     def fell(result, a, b):
@@ -1974,8 +1979,7 @@ def test_glomo_fed_book_run_and_its_control_come_from_their_json():
     assert (f"in it the held-out Global-to-Local loss rose in both runs (by {rose[0][0]:.1f} and "
             f"{rose[0][1]:.1f}) while Quick Thoughts' and Self Prediction's still fell") in flat
     per_epoch = fed["run_config"]["steps_per_epoch"] * fed["run_config"]["batch_size"]
-    with open(os.path.join(OUTPUTS, "sentence_encoders_books_pretrain.log")) as handle:
-        pairs = int(re.search(r"^(\d+) sentence pairs", handle.read(), re.M).group(1))
+    pairs, = book_sentence_pairs()
     last = pairs - 4 * per_epoch
     assert 0 < last < per_epoch  # the rest wraps into the first epoch's pairs
     assert (f"The fifth read the corpus' last {last:,} pairs, then its first {per_epoch - last:,}, "
@@ -2004,10 +2008,7 @@ def test_what_the_book_sentence_runs_read_follows_from_their_settings():
                load(f"{n}.json")["run_config"]["batch_size"]) for n in names}
     assert len(epochs) == 1
     steps, batch = epochs.pop()
-    with open(os.path.join(OUTPUTS, "sentence_encoders_books_pretrain.log")) as handle:
-        pairs = {int(m) for m in re.findall(r"^(\d+) sentence pairs", handle.read(), re.M)}
-    assert len(pairs) == 1
-    pairs = pairs.pop()
+    pairs, = book_sentence_pairs()
     assert (f"each epoch of {steps * batch:,} pairs ({steps:,} steps of {batch}) was drawn from "
             f"its first {steps * batch + SHUFFLE_BUFFER:,} (the epoch's and the "
             f"{SHUFFLE_BUFFER:,} of the shuffle buffer), a quarter of the {pairs:,}") in flat
