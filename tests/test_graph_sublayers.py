@@ -340,3 +340,41 @@ def test_a_frozen_config_freezes_the_sub_layers(cls):
                              trainable=False)
     image.build((None, 3, 3, 1))
     assert image.trainable_weights == []
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_transpose_rows_is_the_transpose_with_its_gradient(dtype, mode):
+    """The 8-byte-word transpose against NumPy's, forward and backward (the gradient of
+    ``sum(y * w)`` is ``w`` moved back by the inverse permutation), with run-time shapes."""
+    from glomo_tf.layers._common import transpose_rows
+    perm = [2, 0, 3, 1, 4]  # not its own inverse
+    x_np = RNG.normal(size=(3, 2, 5, 4, 8)).astype("float32")
+    w_np = RNG.normal(size=(5, 3, 4, 2, 8)).astype("float32")
+    x, w = tf.cast(x_np, dtype), tf.cast(w_np, dtype)
+
+    def forward_backward(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = transpose_rows(x, perm)
+            loss = tf.reduce_sum(tf.cast(y * w, tf.float32))
+        return y, tape.gradient(loss, x)
+
+    if mode != "eager":
+        forward_backward = tf.function(
+            forward_backward, jit_compile=mode == "xla",
+            input_signature=[tf.TensorSpec([None, 2, None, 4, 8], x.dtype)])
+    y, grad = forward_backward(x)
+    assert y.dtype == x.dtype and grad.dtype == x.dtype
+    np.testing.assert_array_equal(tf.cast(y, tf.float32).numpy(),
+                                  np.transpose(tf.cast(x, tf.float32).numpy(), perm))
+    np.testing.assert_array_equal(tf.cast(grad, tf.float32).numpy(),
+                                  np.transpose(tf.cast(w, tf.float32).numpy(), np.argsort(perm)))
+
+
+def test_transpose_rows_falls_back_and_refuses_a_moved_last_axis():
+    from glomo_tf.layers._common import transpose_rows
+    x = RNG.normal(size=(2, 3, 5)).astype("float32")  # 20-byte rows: not whole 8-byte words
+    np.testing.assert_array_equal(transpose_rows(x, [1, 0, 2]).numpy(), x.transpose(1, 0, 2))
+    with pytest.raises(ValueError, match="keeps the last axis"):
+        transpose_rows(x, [0, 2, 1])

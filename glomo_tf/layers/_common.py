@@ -1,5 +1,5 @@
 """Small helpers shared by the layers (internal): dtype cast, biases in products, float32
-sigmoid, GRU update, masked softmax, mask, initializer arguments.
+sigmoid, row-preserving transposes, GRU update, masked softmax, mask, initializer arguments.
 
 This module imports only TensorFlow and :mod:`glomo_tf._keras_private`, so :mod:`glomo_tf.ops`
 can use it too.
@@ -37,6 +37,39 @@ def float32_sigmoid(x):
     and its gradient about 1.5 to 2 times as slowly as the float32 one with the casts around it
     (and rounds them worse)."""
     return tf.cast(tf.sigmoid(tf.cast(x, tf.float32)), x.dtype)
+
+
+def transpose_rows(x, perm):
+    """``tf.transpose(x, perm)`` for a ``perm`` that keeps the last axis in place, moving each
+    row's elements in 8-byte words: ``x`` bitcast to float64 in groups of four bfloat16 (two
+    float32) entries, transposed, and cast back. TensorFlow's CPU transpose copies one element at
+    a time, so moving a quarter as many words is about twice as fast (a ``[2, 16, 128, 24, 128]``
+    bfloat16 ``[1, 0, 3, 2, 4]``: 12.9 -> 6.0 ms, float32 20.0 -> 8.4 ms, one thread). Bits move
+    unchanged, so the result is exactly the transpose's; its gradient is the inverse transpose,
+    in words too. Inside XLA (which fuses transposes), or when the rows' bytes are not a multiple
+    of 8, it is the plain transpose."""
+    x, perm = tf.convert_to_tensor(x), list(perm)
+    if perm[-1] != len(perm) - 1:
+        raise ValueError(f"transpose_rows keeps the last axis; got the permutation {perm}.")
+    width = x.shape[-1]
+    if (_keras_private.in_xla_context() or width is None or x.dtype.size not in (2, 4)
+            or (width * x.dtype.size) % 8):
+        return tf.transpose(x, perm)
+    inverse = [perm.index(axis) for axis in range(len(perm))]
+
+    def move(rows, order):
+        shape = tf.shape(rows)
+        group = 8 // rows.dtype.size
+        words = tf.bitcast(tf.reshape(rows, tf.concat([shape[:-1], [width // group, group]], 0)),
+                           tf.float64)
+        moved = tf.bitcast(tf.transpose(words, order), rows.dtype)
+        return tf.reshape(moved, tf.concat([tf.gather(shape, order[:-1]), [width]], 0))
+
+    @tf.custom_gradient
+    def transposed(rows):
+        return move(rows, perm), lambda upstream: move(upstream, inverse)
+
+    return transposed(x)
 
 
 def time_slice(x, start, length, axis):

@@ -6,7 +6,7 @@ import tensorflow as tf
 from glomo_tf import hparams
 from glomo_tf._keras_private import in_xla_context
 from glomo_tf.layers._common import (compute_cast, fresh_initializer, loaded_by_parent,
-                                      serialize_initializer, time_slice)
+                                      serialize_initializer, time_slice, transpose_rows)
 
 # Added to the variance in the batch norm (the reference code's, PyTorch's default).
 BATCH_NORM_EPSILON = 1e-5
@@ -58,11 +58,11 @@ def fused_batch_norm_relu(x, gamma, beta):
     within 0.2% of a float64 reference, the separate ops' within 3.5%)."""
     S, d = x.shape[0], x.shape[-1]
     shape = tf.shape(x)
-    channels_last = tf.reshape(tf.transpose(x, [1, 2, 0, 3]), [shape[1], shape[2], 1, S * d])
+    channels_last = tf.reshape(transpose_rows(x, [1, 2, 0, 3]), [shape[1], shape[2], 1, S * d])
     y, mean, variance, *_ = tf.compat.v1.nn.fused_batch_norm(
         channels_last, tf.reshape(gamma, [S * d]), tf.reshape(beta, [S * d]),
         epsilon=BATCH_NORM_EPSILON, is_training=True)
-    y = tf.transpose(tf.reshape(tf.nn.relu(y), [shape[1], shape[2], S, d]), [2, 0, 1, 3])
+    y = transpose_rows(tf.reshape(tf.nn.relu(y), [shape[1], shape[2], S, d]), [2, 0, 1, 3])
     count = tf.cast(shape[1] * shape[2], tf.float32)
     # The op returns the unbiased variance (for moving averages); the masked form's is biased.
     variance = variance * tf.maximum(count - 1.0, 0.0) / count

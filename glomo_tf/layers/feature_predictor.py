@@ -6,8 +6,8 @@ import tensorflow as tf
 from glomo_tf import hparams
 from glomo_tf._keras_private import in_xla_context
 from glomo_tf.hparams import COMPOSITIONS
-from glomo_tf.layers._common import (compute_cast, direction_rows, gru_update, with_bias_row,
-                                      with_ones_column)
+from glomo_tf.layers._common import (compute_cast, direction_rows, gru_update, transpose_rows,
+                                      with_bias_row, with_ones_column)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -203,15 +203,15 @@ def _head_messages(graph, heads):
     XLA compiles the einsum itself a little faster."""
     if in_xla_context():
         return tf.einsum("bzkts,bzskc->bztkc", graph, heads)
-    messages = tf.matmul(graph, tf.transpose(heads, [0, 1, 3, 2, 4]))  # [B, 2, K, T, c]
-    return tf.transpose(messages, [0, 1, 3, 2, 4])
+    messages = tf.matmul(graph, transpose_rows(heads, [0, 1, 3, 2, 4]))  # [B, 2, K, T, c]
+    return transpose_rows(messages, [0, 1, 3, 2, 4])
 
 
 def _direction_major(x):
     """``[B, 2, T, c] -> [2, B * T, c]``."""
-    return tf.reshape(tf.transpose(x, [1, 0, 2, 3]), [2, -1, x.shape[-1]])
+    return tf.reshape(transpose_rows(x, [1, 0, 2, 3]), [2, -1, x.shape[-1]])
 
 
 def _batch_major(x, shape):
     """``[2, B * T, c] -> [B, 2, T, c]`` for ``shape`` ``[B, 2, T, c]``."""
-    return tf.transpose(tf.reshape(x, [2, shape[0], shape[2], x.shape[-1]]), [1, 0, 2, 3])
+    return transpose_rows(tf.reshape(x, [2, shape[0], shape[2], x.shape[-1]]), [1, 0, 2, 3])

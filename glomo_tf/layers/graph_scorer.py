@@ -6,8 +6,8 @@ import tensorflow as tf
 from glomo_tf import hparams, ops
 from glomo_tf.hparams import NORMALIZATIONS, THRESHOLDS
 from glomo_tf.layers._common import (compute_cast, direction_rows, fresh_initializer,
-                                      loaded_by_parent, serialize_initializer, with_bias_row,
-                                      with_ones_column)
+                                      loaded_by_parent, serialize_initializer, transpose_rows,
+                                      with_bias_row, with_ones_column)
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -286,15 +286,16 @@ class GraphScorer(keras.layers.Layer):
         [2, 1, L' K h]``: ``[B, 2, L' K, R, h]``, by one ``[B R, d] @ [d, L' K h]`` product per
         direction. The kernel's gradient is then one product over all ``B R`` rows; as ``[B, 2, 1,
         R, d] @ [1, 2, L' K, d, h]`` (no transpose of the output) XLA wrote every example's ``[d,
-        L' K h]`` gradient and added them up, slower by more than the transposes cost. The bias
-        rides in the product as one more input row (:func:`with_ones_column`)."""
+        L' K h]`` gradient and added them up, slower by more than the transposes cost (which move
+        rows in 8-byte words, :func:`transpose_rows`). The bias rides in the product as one more
+        input row (:func:`with_ones_column`)."""
         shape = tf.shape(features)
         d, layers, heads, h = kernel.shape[1:]
-        flat = tf.reshape(tf.transpose(features, [1, 0, 2, 3]), [2, -1, d])  # [2, B R, d]
+        flat = tf.reshape(transpose_rows(features, [1, 0, 2, 3]), [2, -1, d])  # [2, B R, d]
         out = tf.matmul(with_ones_column(flat),
                         with_bias_row(tf.reshape(kernel, [2, d, layers * heads * h]), bias))
         out = tf.reshape(out, [2, shape[0], shape[2], layers * heads, h])
-        return tf.transpose(out, [1, 0, 3, 2, 4])
+        return transpose_rows(out, [1, 0, 3, 2, 4])
 
     def _thresholds(self, q, layer):
         """Eq. 1's ``b`` for one graph layer, broadcastable to its scores ``[B, 2, 1, K, T, T]``."""
