@@ -357,6 +357,7 @@ def test_transpose_rows_is_the_transpose_with_its_gradient(dtype, mode):
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = transpose_rows(x, perm)
+            assert y.shape.as_list() == [x.shape[axis] for axis in perm]  # static sizes kept
             loss = tf.reduce_sum(tf.cast(y * w, tf.float32))
         return y, tape.gradient(loss, x)
 

@@ -63,7 +63,9 @@ def transpose_rows(x, perm):
         words = tf.bitcast(tf.reshape(rows, tf.concat([shape[:-1], [width // group, group]], 0)),
                            tf.float64)
         moved = tf.bitcast(tf.transpose(words, order), rows.dtype)
-        return tf.reshape(moved, tf.concat([tf.gather(shape, order[:-1]), [width]], 0))
+        moved = tf.reshape(moved, tf.concat([tf.gather(shape, order[:-1]), [width]], 0))
+        moved.set_shape([rows.shape[axis] for axis in order])  # the static sizes known
+        return moved
 
     @tf.custom_gradient
     def transposed(rows):

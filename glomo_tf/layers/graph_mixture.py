@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from glomo_tf import hparams, ops
+from glomo_tf.layers._common import transpose_rows
 from glomo_tf.layers.graph_input import GraphInput
 
 GRAPH_MODES = ("learned", "uniform")
@@ -42,7 +43,7 @@ def candidate_matrices(graphs, include_products=True, packed=False):
         with tf.control_dependencies([tf.debugging.Assert(kept, [message])]):
             graphs = tf.identity(graphs)
     stacked = _stacked(_candidate_groups(graphs, include_products))  # [B, 2, C, T, X]
-    return tf.transpose(stacked[:, 0] + stacked[:, 1], [0, 2, 1, 3])
+    return transpose_rows(stacked[:, 0] + stacked[:, 1], [0, 2, 1, 3])
 
 
 def _fold(weights, layers, heads):
@@ -63,7 +64,7 @@ def _mix_rows_first(stacked, weights, conditioned):
     """Candidates laid out ``[B, 2, T, C, X]`` mixed with ``weights``: ``[B, 2, T, m, X]``."""
     if not conditioned:
         return tf.matmul(weights[None, :, None], stacked)  # [1, 2, 1, m, C], broadcast
-    return _per_unit_product(tf.transpose(weights, [0, 2, 1, 3, 4]), stacked)  # [B, 2, T, m, C]
+    return _per_unit_product(transpose_rows(weights, [0, 2, 1, 3, 4]), stacked)  # [B, 2, T, m, C]
 
 
 def _per_unit_product(weights, candidates):
@@ -89,7 +90,7 @@ def _mix_packed(packed, weights, conditioned):
     else:  # [2, m, C], broadcast by the product
         mixed = tf.matmul(tf.reshape(weights, [1, 1, 2 * m, shape[2]]), packed)
     mixed = tf.reshape(mixed, [shape[0], shape[1], 2, m, shape[3]])
-    sides = tf.transpose(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
+    sides = transpose_rows(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
     return mixed * sides[None, :, :, None, :]
 
 
@@ -272,7 +273,7 @@ class GraphMixture(keras.layers.Layer):
             packed, mixed = self._mix_given(graphs, weights)
             mixed = _apply_mixed(mixed, features)
             if not packed:  # packed: units first already
-                mixed = tf.transpose(mixed, [0, 2, 1, 3, 4])
+                mixed = transpose_rows(mixed, [0, 2, 1, 3, 4])
         return mixed * scale[None, None, :, :, None] if scaled else mixed
 
     def _mix_given(self, graphs, weights):
@@ -364,7 +365,7 @@ class GraphMixture(keras.layers.Layer):
         # Lambda^1 H = G^1 H stays among the chains: cutting it would cost more (the gradient of
         # the cut) than mixing it saves
         candidates = [single, chained] if self.include_products else [single]
-        return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
+        return transpose_rows(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
     def _top_k(self, features, graphs, weights):
         """``M H`` from the compact form ``(indices, weights)``: gather + weighted sum."""
@@ -372,11 +373,11 @@ class GraphMixture(keras.layers.Layer):
         values = tf.cast(values, self.compute_dtype)
         single, chained = ops.propagate_top_k(tf.cast(indices, tf.int32), values, features)
         candidates = [single, chained] if self.include_products else [single]
-        return tf.transpose(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
+        return transpose_rows(self._mix_candidates(candidates, weights), [0, 2, 1, 3, 4])
 
     def _explicit(self, features, graphs, weights):
         """``M H`` from the mixed graphs formed as ``T x T`` matrices (unscaled)."""
-        return tf.transpose(_apply_mixed(self._mix_graphs(graphs, weights), features),
+        return transpose_rows(_apply_mixed(self._mix_graphs(graphs, weights), features),
                             [0, 2, 1, 3, 4])
 
     def _mix_graphs(self, graphs, weights):
@@ -416,14 +417,14 @@ class GraphMixture(keras.layers.Layer):
         if graphs.form in ("candidates", "packed_candidates"):
             packed, mixed = self._mix_given(graphs, weights)
             if packed:  # [B, T, 2, m, S]
-                mixed = tf.transpose(mixed, [0, 2, 1, 3, 4])
+                mixed = transpose_rows(mixed, [0, 2, 1, 3, 4])
         else:
             dense = graphs.parts[0]
             if graphs.form == "top_k":
                 dense = ops.densify_top_k(dense, tf.cast(graphs.parts[1], tf.float32),
                                           tf.shape(features)[1])
             mixed = self._mix_graphs(tf.cast(dense, tf.float32), weights)
-        mixed = tf.transpose(mixed, [0, 1, 3, 2, 4])  # [B, 2, m, T, T]
+        mixed = transpose_rows(mixed, [0, 1, 3, 2, 4])  # [B, 2, m, T, T]
         return mixed * tf.cast(self.scale, tf.float32)[None, :, :, None, None]
 
     def compute_output_shape(self, features_shape, graphs_shape=None, padding_mask_shape=None):
@@ -470,7 +471,7 @@ def _static_product(dims):
 def _rows_first(groups):
     """Groups of candidates ``[B, 2, L_g, K, T, X]`` laid out ``[B, 2, T, C, X]``: the layout the
     mixture weights multiply."""
-    return tf.transpose(_stacked(groups), [0, 1, 3, 2, 4])
+    return transpose_rows(_stacked(groups), [0, 1, 3, 2, 4])
 
 
 def _directions_kept(graphs):
