@@ -317,9 +317,11 @@ def test_the_pretraining_runs_of_the_amd_session_come_from_their_json(table):
     assert (f"({guard['matmul_gflop_per_step']:.0f} instead of "
             f"{recorded['matmul_gflop_per_step']:.0f})") in flat
     # The later recordings, each against the one before: after the transfer path's changes
-    # (08:19), then after the feature predictor's head messages (the recorded run).
+    # (08:19), after the feature predictor's head messages (19:04), then, on 2026-11-29's
+    # machine, after the word transposes (the recorded run).
     ours = lambda r: f"{r['ms_per_iter_median'][r['best_mode']]:,.0f} ms"  # noqa: E731
     runs = [(recorded, "06:22"), (load("pretrain_runs/before_head_messages"), "08:19"),
+            (load("pretrain_runs/before_transpose_rows"), "19:04 on 2026-11-28"),
             (load("pretrain_throughput"), None)]
     for (before, when), (after, _) in zip(runs, runs[1:]):
         at_best, spread, f32, f32_spread = ratios(after)
@@ -327,3 +329,32 @@ def test_the_pretraining_runs_of_the_amd_session_come_from_their_json(table):
                 f"against its float32 ({f32_spread}): glomo_tf's bfloat16 step {ours(after)} "
                 f"against {ours(before)} at {when} ({before['ratio_best_vs_peer_best']:.2f}x), "
                 f"the peer's {peer(after)} against {peer(before)}") in flat
+
+
+def test_the_recordings_of_2026_11_29_come_from_their_json(table):
+    """The paragraph on 2026-11-29's machine: the same pretraining command at the commit before
+    the word transposes, the transposes' profile in both runs, and the serving runs kept aside."""
+    flat = " ".join(table.split())
+    before = load("pretrain_runs/before_transpose_rows_same_machine")
+    after = load("pretrain_throughput")
+    assert before["recorded"]["code"] == "commit 40b4cb4"
+    assert before["recorded"]["command"] == after["recorded"]["command"]
+    best, rounds = before["best_mode"], before["ratio_best_vs_peer_best_rounds"]
+    f32 = before["ratio_vs_peers_rounds"]["float32"][best]
+    assert (f"measured {before['ratio_best_vs_peer_best']:.2f}x against the peer at its best "
+            f"(rounds {min(rounds):.2f}-{max(rounds):.2f}x) and "
+            f"{before['ratio_vs_peers']['float32'][best]:.2f}x against its float32 "
+            f"({min(f32):.2f}-{max(f32):.2f}x)") in flat
+    transposes = lambda r, mode: r["profile_ms_per_step"][mode]["_MklTranspose"]  # noqa: E731
+    assert (f"transposes at {transposes(after, 'function_bf16'):.1f} ms in bfloat16 and "
+            f"{transposes(after, 'function'):.1f} in float32") in flat
+    assert (f"its transposes {transposes(before, 'function_bf16'):.1f} and "
+            f"{transposes(before, 'function'):.1f} ms") in flat
+    for name, text in (("serving_runs/latency_2026-11-29", "REST adding {added} ms to the p50 "
+                        "and keeping {ratio} of in-process throughput"),
+                       ("serving_runs/latency_large_2026-11-29", "{added} ms and {ratio}")):
+        rounds = load(name)["rest_vs_in_process"]
+        added = rounds["concurrency_1"]["p50_added_ms"]
+        ratio = rounds["concurrency_8"]["throughput_ratio"]
+        assert text.format(added=spread(added), ratio=f"{min(ratio):.2f}-{max(ratio):.2f}x") in flat
+
