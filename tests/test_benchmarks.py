@@ -91,7 +91,10 @@ def test_transfer_overhead_json(outputs):
     assert result["matmul_gflop_per_s_n1024"] > 0
     assert result["matmul_bound_added_ms"]["mha"] == pytest.approx(
         3 * forward / (result["matmul_gflop_per_s_n1024"] * 1e9) * 1e3, abs=0.006)
-    assert result["matmul_bound_added_ms"]["glomo"] > result["matmul_bound_added_ms"]["mha"]
+    # GlomoTransfer adds more products than self-attention (compared in FLOPs: at these tiny
+    # sizes both bounds round to 0.00 ms on a fast enough CPU)
+    assert flops["glomo"] > flops["mha"]
+    assert result["matmul_bound_added_ms"]["glomo"] >= result["matmul_bound_added_ms"]["mha"]
 
 
 def test_explicit_skipped_beyond_max_t():
