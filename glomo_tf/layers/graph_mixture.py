@@ -90,7 +90,7 @@ def _mix_packed(packed, weights, conditioned):
     else:  # [2, m, C], broadcast by the product
         mixed = tf.matmul(tf.reshape(weights, [1, 1, 2 * m, shape[2]]), packed)
     mixed = tf.reshape(mixed, [shape[0], shape[1], 2, m, shape[3]])
-    sides = transpose_rows(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
+    sides = tf.transpose(ops.direction_masks(shape[1], mixed.dtype), [1, 0, 2])  # [T, 2, S]
     return mixed * sides[None, :, :, None, :]
 
 
