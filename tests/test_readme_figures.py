@@ -8,6 +8,7 @@ page), so a re-run that moves a figure fails this test until the page is updated
 """
 
 import json
+import math
 import os
 import re
 
@@ -2121,3 +2122,24 @@ def test_what_the_books_predictors_read_and_the_rerun_that_reads_it_all():
             f"run: {on['val_perplexity']:.0f})") in flat
     assert (f"({wn['train_perplexity']:.0f} against {wn['val_perplexity']:.0f}), where the first "
             f"run's fell to {on['train_perplexity']:.0f}") in flat
+
+
+def test_the_book_encoders_size_that_keeps_their_weights_out_of_the_repository():
+    """The guide's reason for not committing the book-scale encoders: built at the recorded run's
+    sizes (its vocabulary plus ``[MASK]``), the full model holds more than 5 million weights, over
+    20 MB in float32."""
+    from glomo_tf.models.sentence_pretrainer import SentencePretrainer
+
+    flat = " ".join(page("docs/guides/related-models.md").split())
+    config = load("sentence_encoders_books.json")["run_config"]
+    model = SentencePretrainer(config["vocab_size"] + 1, config["vocab_size"],
+                               embedding_dim=config["embedding_dim"], units=config["units"],
+                               objectives=config["objectives"])
+    model.build()
+    weights = sum(math.prod(w.shape) for w in model.weights)
+    assert weights > 5_000_000 and 4 * weights > 20e6
+    committed = os.path.join(OUTPUTS, "ordered_memory_logic_models")
+    size = sum(os.path.getsize(os.path.join(committed, f)) for f in os.listdir(committed))
+    assert f"the Ordered Memory models above take {size / 1e6:.1f} MB" in flat
+    assert (f"an embedding table of the {config['vocab_size']:,}-unit vocabulary, more than 5 "
+            "million weights in all (over 20 MB in float32)") in flat
