@@ -22,6 +22,8 @@ and, on request, variants of ``glomo``:
 * ``glomo_cached_candidates`` (``--cache`` too): the cache holding each sentence's candidate
   matrices (``compute_graphs(..., candidates=True)``: graphs and hierarchical products, rows
   first, both directions in one matrix), so a step only mixes them and applies the mixed graphs;
+* ``glomo_fused`` (``--fused-normalization``): ``GlomoTransfer(fused_normalization=True)``, the
+  online path with the frozen predictor's Eq. 1 normalisation in one XLA cluster;
 * ``glomo_topk`` (``--top-k K``): ``GlomoTransfer(top_k=K)``, the predictor run online and its
   graphs cut to the K heaviest sources per unit, mixed by gather + weighted sum;
 * ``glomo_cached_topk`` (``--cache --top-k K``): the cache in the top-K form;
@@ -31,7 +33,7 @@ and, on request, variants of ``glomo``:
 
 Each model is compiled (Adam, sparse categorical cross-entropy; ``jit_compile`` from ``--xla``) and
 ``model.train_on_batch`` is timed on random token ids with every position real (the call returns
-the loss as NumPy, so the step has finished). Rounds interleave the three models so that they see
+the loss as NumPy, so the step has finished). Rounds interleave the models so that they see
 the same machine load. The JSON holds the median ms per step of each model, the cost each layer
 adds over ``none``, and the ratio ``(glomo - none) / (mha - none)``, of the medians and round by
 round. It also checks that the frozen predictor's weights did not change.
@@ -88,9 +90,10 @@ def parse_args(argv=None):
                    help="also time glomo_topk (GlomoTransfer(top_k=K)); with --cache also "
                         "glomo_cached_topk (the cache in the top-K form)")
     p.add_argument("--fused-normalization", action="store_true",
-                   help="GlomoTransfer(fused_normalization=True): the predictor's Eq. 1 "
-                        "normalisation as one XLA cluster (compiled once per batch shape; these "
-                        "batches keep theirs)")
+                   help="also time glomo_fused: GlomoTransfer(fused_normalization=True), the "
+                        "predictor's Eq. 1 normalisation as one XLA cluster (compiled once per "
+                        "batch shape; these batches keep theirs), beside the default in the same "
+                        "rounds")
     p.add_argument("--uniform", action="store_true",
                    help="also time glomo_uniform: GlomoTransfer(graph_mode='uniform'), the "
                         "mixtures and gated fusion without a predictor or graphs")
@@ -109,6 +112,8 @@ def parse_args(argv=None):
 def variants(a):
     """The models to time: none, glomo, mha, then the requested glomo variants."""
     out = list(VARIANTS)
+    if a.fused_normalization:
+        out.append("glomo_fused")
     if a.cache:
         out += ["glomo_cached", "glomo_cached_candidates"]
     if a.top_k:
@@ -136,7 +141,7 @@ def build_model(a, variant, keras):
             name="graph_predictor")
         top_k = a.top_k if variant == "glomo_topk" else None
         h = GlomoTransfer(predictor, num_mixtures=a.mixtures, propagation=a.propagation,
-                          top_k=top_k, fused_normalization=a.fused_normalization,
+                          top_k=top_k, fused_normalization=variant == "glomo_fused",
                           name="glomo_transfer")([h, ids])
     elif variant == "mha":
         h = keras.layers.MultiHeadAttention(a.heads, a.d // a.heads, name="mha")(h, h)

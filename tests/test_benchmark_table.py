@@ -48,7 +48,8 @@ def transfer_overhead_row(output):
     added = r["added_ms_per_step"]
     cells = [f"MultiHeadAttention +{added['mha']:.1f} ms/step"]
     for variant in r["ratio_added_over_mha_added"]:
-        name = {"glomo": "GlomoTransfer", "glomo_cached": "cached",
+        name = {"glomo": "GlomoTransfer", "glomo_fused": "fused normalization",
+                "glomo_cached": "cached",
                 "glomo_cached_candidates": "cached candidates",
                 "glomo_topk": "top-k", "glomo_cached_topk": "cached top-k",
                 "glomo_uniform": "uniform graphs"}[variant]
@@ -63,8 +64,7 @@ def transfer_overhead_row(output):
     size = (f"B {config['batch']}, T {config['seq']}, d {config['d']}, {config['layers']}x"
             f"{config['heads']} heads, {config['propagation']}"
             + (f", {config['precision']}" if config.get("precision", "float32") != "float32"
-               else "")
-            + (", fused normalization" if config.get("fused_normalization") else ""))
+               else ""))
     return row("transfer_overhead.py", output, f"{size}: " + "; ".join(cells), r)
 
 
@@ -241,7 +241,7 @@ def reader_epoch_row():
 def all_rows():
     return [transfer_overhead_row(name) for name in (
         "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
-        "transfer_overhead_cache_topk_bf16", "transfer_overhead_cache_topk_bf16_fused",
+        "transfer_overhead_cache_topk_bf16", "transfer_overhead_bf16_fused",
         "transfer_overhead_cache_topk_large")] + [
         sparse_mixture_row(), serving_latency_row(), serving_latency_row("serving_latency_large"),
         *serving_soak_rows(), *(serving_latency_row(name) for name in SERVING_CANDIDATES),

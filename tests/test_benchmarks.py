@@ -111,13 +111,13 @@ def test_explicit_skipped_beyond_max_t():
 
 @pytest.mark.slow
 def test_transfer_overhead_cache_and_top_k_modes():
-    """--cache --top-k --uniform add glomo_cached, glomo_cached_candidates, glomo_topk,
-    glomo_cached_topk and glomo_uniform beside the three models, each with its added cost's ratio
-    to self-attention's, and the caches' filling cost."""
-    result = finish(start("transfer_overhead.py",
-                          [*OVERHEAD_ARGS, "--cache", "--top-k", "2", "--uniform"]))
-    variants = {"none", "glomo", "mha", "glomo_cached", "glomo_cached_candidates", "glomo_topk",
-                "glomo_cached_topk", "glomo_uniform"}
+    """--fused-normalization --cache --top-k --uniform add glomo_fused, glomo_cached,
+    glomo_cached_candidates, glomo_topk, glomo_cached_topk and glomo_uniform beside the three
+    models, each with its added cost's ratio to self-attention's, and the caches' filling cost."""
+    result = finish(start("transfer_overhead.py", [*OVERHEAD_ARGS, "--fused-normalization",
+                                                   "--cache", "--top-k", "2", "--uniform"]))
+    variants = {"none", "glomo", "mha", "glomo_fused", "glomo_cached", "glomo_cached_candidates",
+                "glomo_topk", "glomo_cached_topk", "glomo_uniform"}
     assert set(result["ms_per_step_median"]) == variants
     assert all(v > 0 for v in result["ms_per_step_median"].values())
     assert set(result["ratio_added_over_mha_added"]) == variants - {"none", "mha"}
@@ -129,7 +129,10 @@ def test_transfer_overhead_cache_and_top_k_modes():
     assert fill["glomo_cached"]["exact"] is True and fill["glomo_cached"]["ms_total"] > 0
     assert fill["glomo_cached"]["batches"] == 1
     assert (result["config"]["cache"], result["config"]["top_k"]) == (True, 2)
-    assert result["config"]["uniform"] is True
+    assert result["config"]["uniform"] is True and result["config"]["fused_normalization"]
+    # The fused normalisation computes the same graphs from the same weights: the same first loss.
+    assert result["first_step_loss"]["glomo_fused"] == pytest.approx(
+        result["first_step_loss"]["glomo"], abs=1e-3)
     assert result["parameters"]["glomo_uniform"]["non_trainable"] == 0  # no predictor
     # Fresh weights: the cached model starts from the online one's, so the first losses agree.
     assert result["first_step_loss"]["glomo_cached"] == pytest.approx(
