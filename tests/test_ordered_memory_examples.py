@@ -100,6 +100,7 @@ def test_listops_on_files_of_ones_own(listops, tmp_path, capsys):
     assert "--train-file and --test-file go together" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_logic_tiny_run(logic, tmp_path):
     results = logic.main(["--train-size", "96", "--validation-size", "32",
                           "--test-per-operators", "8", "--units", "8",

@@ -125,6 +125,7 @@ def planted(tmp_path_factory):
     return root, train, test, run_dir
 
 
+@pytest.mark.slow
 def test_pairs_file_end_to_end_learns_a_relation_and_resumes(planted, capsys):
     root, train, test, run_dir = planted
     out = root / "out"

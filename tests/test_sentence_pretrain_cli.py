@@ -175,6 +175,7 @@ def test_changed_settings_are_refused_on_resume(tmp_path, capsys):
     assert "objectives" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_copied_run_directory_resumes(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus.txt")
     assert pretrain(corpus, tmp_path / "run", "--epochs", "1") == 0

@@ -152,6 +152,7 @@ def glomo_tune(*argv):
         cli.build_parser = original
 
 
+@pytest.mark.slow
 def test_cli_planted_end_to_end(tmp_path, capsys):
     argv = ["--planted", "--window", "24", "--validation-fraction", "0.005", "--batch-size", "8",
             "--hidden-dim", "8", "--heads", "1", "2", "--layers", "1", "--context-lengths", "1",
