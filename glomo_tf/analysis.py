@@ -197,3 +197,212 @@ def physical_memory_bytes():
     except (AttributeError, OSError, ValueError):
         return None
 
+
+
+# ------------------------------------------------------------------ graphs against syntax
+def token_graphs(graphs, spans):
+    """Unit graphs ``[..., U, U]`` -> graphs over tokens ``[..., n, n]``, token ``a`` written as
+    the units ``spans[a] = (start, end)``: the row of a token is the mean of its units' rows,
+    the weight on a token the sum of the weights on its units (Clark et al. 2019's word-level
+    attention). A token with no unit (``start == end``) gets an all-zero row and column."""
+    graphs = np.asarray(graphs, np.float32)
+    units = graphs.shape[-1]
+    average = np.zeros((len(spans), units), np.float32)
+    member = np.zeros((units, len(spans)), np.float32)
+    for a, (start, end) in enumerate(spans):
+        if end > start:
+            average[a, start:end] = 1.0 / (end - start)
+            member[start:end, a] = 1.0
+    return average @ graphs @ member
+
+
+def _head_hits(rows, receiver, head, forward):
+    """``rows [..., n]`` of one receiving token -> bool ``[...]``: the head has a positive weight
+    strictly above every other admissible source (before the receiver, forward; after it,
+    backward). Ties at the top and all-zero rows are misses."""
+    positions = np.arange(rows.shape[-1])
+    admissible = positions < receiver if forward else positions > receiver
+    others = admissible & (positions != head)
+    on_head = rows[..., head]
+    strongest_other = np.where(others, rows, -np.inf).max(axis=-1)
+    return (on_head > 0) & (on_head > strongest_other)
+
+
+def dependency_agreement(graphs, sentences, min_relation_words=100):
+    """How often the strongest edge of graphs over tokens points at the gold syntactic head.
+
+    Every word with a head (the root aside) whose head is written in another surface token
+    counts once: its receiving row is its token's, read in the direction that can see the head
+    (forward graphs when the head comes before, backward after); it agrees with a graph when
+    its head's token is the strongest admissible source there (strictly: ties at the top and
+    all-zero rows are misses). Baselines: the fixed-offset rules ("point at the token ``k``
+    before", forward, and "``k`` after", backward, each direction's best ``k`` chosen on these
+    words) and chance (a uniformly random admissible source).
+
+    Args:
+        graphs: one float array ``[2, L, K, n, n]`` per sentence (direction 0 forward), over its
+            first ``n`` surface tokens (:func:`token_graphs`); words whose token or head lies
+            past ``n`` are left out (and counted in ``left_out``).
+        sentences: the :class:`glomo_tf.data.conllu.DependencySentence` objects.
+        min_relation_words: relations with at least this many words get a row in
+            ``by_relation``.
+
+    Returns:
+        A JSON-able dict: ``words`` (counted), ``left_out``, ``forward_share`` (of the words,
+        those whose head comes before them); ``per_head`` ``[L][K]``; ``best_head`` (``{"layer",
+        "head", "share"}``, numbered from 1); ``heads_averaged`` (per layer: the graphs averaged
+        over heads, then scored); ``best_heads_averaged``; ``offset_rules`` (``{"forward": {k:
+        share of the forward words whose head is k before}, "backward": ...}``);
+        ``best_offset_rule`` (``{"forward": k, "backward": k, "share"}``: both directions' best
+        rules together, over all the words); ``adjacent`` (the rule "the previous word, or the
+        next": offsets 1 and 1); ``chance``; ``by_relation`` (``{relation: {"words", "best_head",
+        "best_offset_rule"}}``, the best head's and the best rule's shares on that relation's
+        words).
+
+    Raises:
+        ValueError: one graph per sentence is needed, of ``[2, L, K, n, n]``; no word to count.
+    """
+    if len(graphs) != len(sentences):
+        raise ValueError(f"dependency_agreement needs one graph per sentence: {len(graphs)} "
+                         f"graphs, {len(sentences)} sentences.")
+    shape = None
+    hits, averaged_hits, items, left_out = [], [], [], 0
+    for graph, sentence in zip(graphs, sentences):
+        graph = np.asarray(graph, np.float32)
+        if graph.ndim != 5 or graph.shape[0] != 2 or graph.shape[-1] != graph.shape[-2]:
+            raise ValueError(f"dependency_agreement expects graphs [2, L, K, n, n] per "
+                             f"sentence, got shape {graph.shape}.")
+        shape = shape or graph.shape[1:3]
+        n = graph.shape[-1]
+        averaged = graph.mean(axis=2)  # [2, L, n, n]
+        for word, head_word in enumerate(sentence.heads):
+            if head_word < 0:
+                continue
+            receiver, head = sentence.token_of[word], sentence.token_of[head_word]
+            if receiver == head:
+                continue
+            if receiver >= n or head >= n:
+                left_out += 1
+                continue
+            forward = head < receiver
+            z = 0 if forward else 1
+            hits.append(_head_hits(graph[z, :, :, receiver], receiver, head, forward))
+            averaged_hits.append(_head_hits(averaged[z, :, receiver], receiver, head, forward))
+            admissible = receiver if forward else n - 1 - receiver
+            items.append((forward, abs(receiver - head), 1.0 / admissible,
+                          sentence.relations[word]))
+    if not items:
+        raise ValueError("dependency_agreement found no word whose head is written in another "
+                         "token.")
+    hits, averaged_hits = np.array(hits), np.array(averaged_hits)  # [N, L, K], [N, L]
+    forward = np.array([item[0] for item in items])
+    offsets = np.array([item[1] for item in items])
+    relations = np.array([item[3] for item in items])
+    per_head = hits.mean(axis=0)
+    heads_averaged = averaged_hits.mean(axis=0)
+    layer, head = np.unravel_index(int(np.argmax(per_head)), per_head.shape)
+    best_layer = int(np.argmax(heads_averaged))
+    rules, best = {}, {}
+    for name, side in (("forward", forward), ("backward", ~forward)):
+        counts = np.bincount(offsets[side], minlength=2)
+        rules[name] = {k: float(counts[k] / max(side.sum(), 1)) for k in range(1, len(counts))}
+        best[name] = max(rules[name], key=lambda k: (rules[name][k], -k)) if rules[name] else 1
+    rule_hits = np.where(forward, offsets == best["forward"], offsets == best["backward"])
+    best_head_hits = hits[:, layer, head]
+    by_relation = {}
+    for relation in sorted(set(relations.tolist())):
+        chosen = relations == relation
+        if chosen.sum() >= min_relation_words:
+            by_relation[relation] = {"words": int(chosen.sum()),
+                                     "best_head": float(best_head_hits[chosen].mean()),
+                                     "best_offset_rule": float(rule_hits[chosen].mean())}
+    return {
+        "words": int(len(items)), "left_out": int(left_out),
+        "forward_share": float(forward.mean()),
+        "per_head": per_head.tolist(),
+        "best_head": {"layer": int(layer) + 1, "head": int(head) + 1,
+                      "share": float(per_head[layer, head])},
+        "heads_averaged": heads_averaged.tolist(),
+        "best_heads_averaged": {"layer": best_layer + 1,
+                                "share": float(heads_averaged[best_layer])},
+        "offset_rules": rules,
+        "best_offset_rule": {"forward": int(best["forward"]), "backward": int(best["backward"]),
+                             "share": float(rule_hits.mean())},
+        "adjacent": float((offsets == 1).mean()),
+        "chance": float(np.mean([item[2] for item in items])),
+        "by_relation": by_relation,
+    }
+
+
+def head_agreement(predictor, tokenizer, sentences, max_length=128, batch_size=64):
+    """:func:`dependency_agreement` of a predictor's graphs over CoNLL-U sentences.
+
+    Each sentence's surface tokens are split into units as the tokenizer splits text, the
+    predictor draws its graphs over the units (inference mode, ``batch_size`` sentences of
+    similar length a call, each cut to its first ``max_length`` units: the tokens that do not
+    fit whole are left out), and the graphs are read over tokens (:func:`token_graphs`).
+
+    Args:
+        predictor: a :class:`glomo_tf.GraphPredictor`.
+        tokenizer: its :class:`glomo_tf.data.Tokenizer`.
+        sentences: :class:`glomo_tf.data.conllu.DependencySentence` objects
+            (:func:`glomo_tf.data.conllu.read_conllu`).
+
+    Returns:
+        :func:`dependency_agreement`'s dict, with ``sentences`` and ``max_length`` added.
+    """
+    from glomo_tf.data.vocabulary import check_vocabulary_matches
+
+    check_vocabulary_matches(tokenizer.vocabulary, predictor)
+    if max_length < 1 or batch_size < 1:
+        raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and "
+                         f"{batch_size}.")
+    flat = [token for sentence in sentences for token in sentence.tokens]
+    token_ids = tokenizer.encode_ragged(flat).to_list() if flat else []
+    encoded, spans, start = [], [], 0
+    for sentence in sentences:
+        ids, sentence_spans = [], []
+        for unit_ids in token_ids[start:start + len(sentence.tokens)]:
+            if len(ids) + len(unit_ids) > max_length:
+                break
+            sentence_spans.append((len(ids), len(ids) + len(unit_ids)))
+            ids += unit_ids
+        start += len(sentence.tokens)
+        encoded.append(ids or [1])  # a sentence with no unit: one <unk>, no token kept
+        spans.append(sentence_spans)
+    graphs = [None] * len(sentences)
+    order = np.argsort([len(ids) for ids in encoded], kind="stable")
+    for first in range(0, len(order), batch_size):
+        chosen = order[first:first + batch_size]
+        width = max(len(encoded[i]) for i in chosen)
+        batch = np.zeros((len(chosen), width), np.int32)
+        for row, i in enumerate(chosen):
+            batch[row, :len(encoded[i])] = encoded[i]
+        drawn = np.asarray(predictor(batch, training=False)["graphs"], np.float32)
+        for row, i in enumerate(chosen):
+            units = len(encoded[i])
+            graphs[i] = token_graphs(drawn[row, ..., :units, :units], spans[i])
+    result = dependency_agreement(graphs, sentences)
+    return {"sentences": len(sentences), "max_length": int(max_length), **result}
+
+
+def format_head_agreement(result):
+    """Table lines of a :func:`head_agreement` result."""
+    best, averaged, rule = (result["best_head"], result["best_heads_averaged"],
+                            result["best_offset_rule"])
+    lines = [f"Head agreement over {result['words']:,} words of {result['sentences']:,} "
+             f"sentences (head before the word: {100 * result['forward_share']:.0f}%; "
+             f"{result['left_out']} left out past --max-length): the share whose strongest "
+             "edge, in the direction that can see the head, points at it",
+             f"  best head            {best['share']:.3f} (layer {best['layer']}, head "
+             f"{best['head']})",
+             f"  heads averaged       {averaged['share']:.3f} (layer {averaged['layer']}; per "
+             "layer " + " ".join(f"{x:.3f}" for x in result["heads_averaged"]) + ")",
+             f"  best offset rule     {rule['share']:.3f} (forward t - {rule['forward']}, "
+             f"backward t + {rule['backward']})",
+             f"  previous/next word   {result['adjacent']:.3f}",
+             f"  chance               {result['chance']:.3f}",
+             "  per head (a row per layer):"]
+    for layer, shares in enumerate(result["per_head"]):
+        lines.append(f"    layer {layer + 1}  " + " ".join(f"{x:.3f}" for x in shares))
+    return lines

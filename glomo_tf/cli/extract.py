@@ -14,7 +14,11 @@ sentences exactly as pretraining did, and
   layer (every head pooled): the share of live rows, the weight on adjacent units, the mean
   distance to the sources, the number of sources with weight, the rows' entropy and the weight
   on ``<unk>`` sources (see :class:`GraphStatistics`), and the same for uniform graphs over
-  the same units as the reference.
+  the same units as the reference;
+* with ``--heads FILE.conllu`` instead of sentences, scores the graphs against gold syntax
+  (:func:`glomo_tf.analysis.head_agreement`): the share of words whose strongest edge, in the
+  direction that can see their head, points at it, per layer and head and heads averaged, beside
+  the best fixed-offset rule and chance (``--heads-json`` writes it all).
 
 Examples::
 
@@ -22,6 +26,7 @@ Examples::
     glomo extract --model runs/wiki/graph_predictor.keras --tokenizer runs/wiki/tokenizer \\
         --file sentences.txt --json graphs.json
     glomo extract --run runs/wiki --file ../shared/data/mr/rt-polarity.* --stats --top-k 0
+    glomo extract --preset glomo_books_en --heads ../shared/data/ud_ewt/en_ewt-ud-dev.conllu
 """
 
 import json
@@ -46,6 +51,11 @@ def register(subparsers):
     text.add_argument("--text", action="append", default=[], help="a sentence (repeatable)")
     text.add_argument("--file", nargs="+", default=[], metavar="FILE",
                       help="text files, one sentence per line")
+    text.add_argument("--heads", metavar="FILE.conllu",
+                      help="instead of sentences: score the graphs against the gold dependency "
+                           "heads of a CoNLL-U file (Universal Dependencies)")
+    text.add_argument("--heads-json", metavar="PATH",
+                      help="with --heads, also write the scores as JSON here")
     parser.add_argument("--max-length", type=int, default=128,
                         help="units kept per sentence (default 128)")
     parser.add_argument("--top-k", type=int, default=2,
@@ -93,6 +103,11 @@ def run(args):
                          "--top-k >= 0.")
     if args.stats_json and not args.stats:
         raise UsageError("--stats-json writes the statistics of --stats: pass --stats too.")
+    if args.heads_json and not args.heads:
+        raise UsageError("--heads-json writes the scores of --heads: pass --heads FILE.conllu "
+                         "too.")
+    if args.heads:
+        return _run_heads(args)
     model_path, tokenizer_path = _paths(args)
     sentences = _sentences(args)
     from glomo_tf.data.vocabulary import Tokenizer
@@ -128,6 +143,37 @@ def run(args):
                        "max_length": args.max_length, "predictor": statistics.result(),
                        "uniform": uniform.result()}, handle, indent=1)
         print(f"Wrote {args.stats_json}")
+    return 0
+
+
+def _run_heads(args):
+    """``--heads FILE.conllu``: the graphs' agreement with the file's gold heads."""
+    others = [flag for flag, given in (("--text", args.text), ("--file", args.file),
+                                       ("--png", args.png), ("--json", args.json),
+                                       ("--stats", args.stats)) if given]
+    if others:
+        raise UsageError(f"--heads reads its sentences from the CoNLL-U file and prints their "
+                         f"scores: leave out {', '.join(others)}.")
+    if not os.path.isfile(args.heads):
+        raise UsageError(f"--heads {args.heads!r} does not exist.")
+    model_path, tokenizer_path = _paths(args)
+    from glomo_tf.analysis import format_head_agreement, head_agreement
+    from glomo_tf.data.conllu import read_conllu
+    from glomo_tf.data.vocabulary import Tokenizer
+    from glomo_tf.saving import load_graph_predictor
+
+    try:
+        sentences = read_conllu(args.heads)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise UsageError(f"--heads: {error}") from None
+    tokenizer = Tokenizer.load(tokenizer_path)
+    predictor = load_graph_predictor(model_path, dtype=args.precision)
+    result = head_agreement(predictor, tokenizer, sentences, args.max_length, args.batch_size)
+    print("\n".join(format_head_agreement(result)))
+    if args.heads_json:
+        with open(args.heads_json, "w", encoding="utf-8") as handle:
+            json.dump({"model": model_path, "file": args.heads, **result}, handle, indent=1)
+        print(f"Wrote {args.heads_json}")
     return 0
 
 

@@ -27,4 +27,5 @@ __all__, __getattr__, __dir__ = lazy_names(__name__, {
     "glomo_tf.data.graph_cache": (
         "GraphCache", "batch_of", "cached_training_batches", "compute_graphs",
         "with_graphs"),
+    "glomo_tf.data.conllu": ("DependencySentence", "read_conllu"),
 })
