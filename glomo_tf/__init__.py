@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "ContextDecoder": "glomo_tf.layers", "ContextualizedNonLocal": "glomo_tf.layers",
     "FeaturePredictor": "glomo_tf.layers", "GlomoTransfer": "glomo_tf.layers",
+    "GraphPropagation": "glomo_tf.layers",
     "GraphMixture": "glomo_tf.layers", "GraphPredictor": "glomo_tf.layers",
     "CoupledGraphPredictor": "glomo_tf.layers",
     "LinearChainCRF": "glomo_tf.layers", "OrderedMemory": "glomo_tf.layers",

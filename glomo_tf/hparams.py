@@ -40,8 +40,13 @@ PRETRAIN_COMMAND = dict(GRAPH_PREDICTOR, **PRETRAINER, live_row_weight=1.0)
 
 # Downstream classifiers (glomo_tf.models.build_classifier, glomo transfer).
 VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn", "cn3",
-            "shared_private")
+            "shared_private", "gold_embeddings", "gold_rnn")
 PREDICTOR_VARIANTS = ("glomo_embeddings", "glomo_rnn")
+# The data's own structure as the graphs (glomo_tf.data.gold_graphs): the ceiling of a variant.
+GOLD_VARIANTS = ("gold_embeddings", "gold_rnn")
+# How a classifier uses the graphs: the paper's one gated fusion (GlomoTransfer), or states
+# composed along them over several steps (GraphPropagation).
+TRANSFER_FORMS = ("fusion", "propagation")
 # Run by `glomo transfer` when no --variants are given: the GLoMo comparison.
 DEFAULT_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from glomo_tf import GlomoTransfer, GraphPredictor, load_graph_predictor, save_graph_predictor
-from glomo_tf.models.classifier import VARIANTS, build_classifier
+from glomo_tf.models.classifier import GOLD_VARIANTS, VARIANTS, build_classifier
 
 VOCAB, CLASSES = 30, 3
 SMALL = dict(embedding_dim=8, rnn_units=4, attention_heads=2, num_mixtures=2)
@@ -33,11 +33,19 @@ def _data(rng, batch=6, length=7):
 def test_variant_builds_fits_and_keeps_the_predictor_frozen(variant, predictor, rng):
     model = build_classifier(VOCAB, CLASSES, variant, graph_predictor=predictor, **SMALL)
     ids, labels = _data(rng)
-    probabilities = np.asarray(model(ids, training=False))
+    inputs = ids
+    if variant in GOLD_VARIANTS:  # each text a chain: every unit's parent the one before it
+        from glomo_tf.data.gold_graphs import gold_graph_cache, tree_graphs
+        from glomo_tf.data.graph_cache import batch_of
+
+        lengths = (ids != 0).sum(1)
+        cache = gold_graph_cache([tree_graphs(np.arange(n) - 1) for n in lengths])
+        inputs = [ids, *batch_of(cache, range(len(ids)), ids.shape[1])]
+    probabilities = np.asarray(model(inputs, training=False))
     assert probabilities.shape == (6, CLASSES)
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
     transfers = [layer for layer in model.layers if isinstance(layer, GlomoTransfer)]
-    glomo = ("glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn")
+    glomo = ("glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn", *GOLD_VARIANTS)
     assert len(transfers) == (1 if variant in glomo else 0)
     if variant in ("uniform", "uniform_rnn"):
         assert transfers[0].graph_mode == "uniform" and transfers[0].graph_predictor is None
@@ -49,7 +57,7 @@ def test_variant_builds_fits_and_keeps_the_predictor_frozen(variant, predictor, 
     trainable_before = [np.array(w) for w in model.trainable_weights]
     model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy",
                   metrics=["accuracy"])
-    history = model.fit(ids, labels, batch_size=6, epochs=1, verbose=0)
+    history = model.fit(inputs, labels, batch_size=6, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     for old, new in zip(before, predictor.weights):  # frozen: batch-norm statistics included
         np.testing.assert_array_equal(old, np.array(new))

@@ -2,6 +2,7 @@
 
 import json
 
+import keras
 import numpy as np
 import pytest
 
@@ -252,6 +253,9 @@ def test_paired_comparison_numbers():
      "--graph-temperature must be a finite number above 0"),
     (["--dataset", "sst2_tfds", "--variants", "baseline", "--split", "kfold"], "official test set"),
     (["--dataset", "sst2", "--variants", "baseline", "--split", "kfold"], "official test set"),
+    (["--dataset", "mr", "--variants", "gold_rnn"], "only --dataset listops carries"),
+    (["--dataset", "mr", "--variants", "baseline", "--propagation-steps", "0"],
+     "--propagation-steps must be >= 1"),
 ])
 def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys, argv, fragment):
     assert cli.main(["transfer", *argv, "--output-dir", str(tmp_path / "o")]) == 2
@@ -361,3 +365,28 @@ def test_init_embeddings_start_every_variant_from_the_predictors_table(task, cap
     assert cli.main(["transfer", "--dataset", "mr", "--variants", "baseline",
                      "--init-embeddings", "predictor", "--output-dir", str(root / "x")]) == 2
     assert "needs a pretrained predictor" in capsys.readouterr().err
+
+
+def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
+    """The gold variants read each expression's tree; ``--transfer-form propagation`` puts a
+    GraphPropagation where the fusion was; both land in results.json beside the baseline."""
+    from glomo_tf.data.listops import generate_listops, write_listops
+
+    path = tmp_path / "listops.tsv"
+    write_listops(str(path), generate_listops(120, seed=0, max_depth=3, max_length=24))
+    for form in ("fusion", "propagation"):
+        out = tmp_path / form
+        assert cli.main(["transfer", "--dataset", "listops", "--file", str(path), "--variants",
+                         "baseline", "gold_rnn", "gold_embeddings", "--seeds", "0", "--epochs",
+                         "1", "--embedding-dim", "8", "--rnn-units", "4", "--attention-heads",
+                         "2", "--transfer-form", form, "--propagation-steps", "2",
+                         "--output-dir", str(out), "--save-models", "--verbose", "0"]) == 0
+        result = json.loads((out / "results.json").read_text())
+        assert result["config"]["transfer_form"] == form
+        assert {r["variant"] for r in result["runs"]} == {"baseline", "gold_rnn",
+                                                         "gold_embeddings"}
+        saved = keras.saving.load_model(str(out / "models" / "gold_rnn-seed0.keras"))
+        layer = saved.get_layer("gold_rnn")
+        assert type(layer).__name__ == ("GlomoTransfer" if form == "fusion"
+                                        else "GraphPropagation")
+        assert len(saved.inputs) == 3

@@ -25,7 +25,10 @@ __all__, __getattr__, __dir__ = lazy_names(__name__, {
         "PlantedImages", "builtin_planted_images", "generate_planted_images", "key_readers",
         "load_cifar10", "load_digits_images"),
     "glomo_tf.data.graph_cache": (
-        "GraphCache", "batch_of", "cached_training_batches", "compute_graphs",
-        "with_graphs"),
+        "GraphCache", "batch_of", "cached_inference_batches", "cached_training_batches",
+        "compute_graphs", "with_graphs"),
+    "glomo_tf.data.gold_graphs": (
+        "dependency_parents", "edge_graphs", "gold_graph_cache", "listops_parents",
+        "tree_graphs"),
     "glomo_tf.data.conllu": ("DependencySentence", "read_conllu"),
 })

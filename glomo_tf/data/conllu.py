@@ -16,7 +16,7 @@ line after each sentence. Two kinds of lines are not words of the tree:
 Example:
 
 >>> import tempfile, os
->>> text = ("# text = I didn't go.\\n1\\tI\\tI\\tPRON\\t_\\t_\\t3\\tnsubj\\t_\\t_\\n"
+>>> text = ("# text = I didn't go.\\n1\\tI\\tI\\tPRON\\t_\\t_\\t4\\tnsubj\\t_\\t_\\n"
 ...         "2-3\\tdidn't\\t_\\t_\\t_\\t_\\t_\\t_\\t_\\t_\\n2\\tdid\\tdo\\tAUX\\t_\\t_\\t4\\taux\\t_\\t_\\n"
 ...         "3\\tn't\\tnot\\tPART\\t_\\t_\\t4\\tadvmod\\t_\\t_\\n4\\tgo\\tgo\\tVERB\\t_\\t_\\t0\\troot\\t_\\t_\\n"
 ...         "5\\t.\\t.\\tPUNCT\\t_\\t_\\t4\\tpunct\\t_\\t_\\n\\n")

@@ -254,8 +254,10 @@ def batch_of(cache, rows, length):
         return _packed(np.stack([pad_candidates(cache.sentence_candidates(i)) for i in rows]))
     if cache.k is None:
         return np.stack([pad(x, 2) for x in parts])
-    return (np.stack([pad(x[0][..., :, :], 2)[..., :cache.k] for x in parts]),
-            np.stack([pad(x[1], 2)[..., :cache.k] for x in parts]))
+    def pad_rows(x):  # [..., n, k] -> [..., length, k]: the rows padded, every row's k kept
+        return np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, length - x.shape[-2]), (0, 0)])
+
+    return (np.stack([pad_rows(x[0]) for x in parts]), np.stack([pad_rows(x[1]) for x in parts]))
 
 
 def _packed(matrices):
@@ -328,6 +330,40 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     batches = int(sum(-(-n // batch_size) for n in per_bucket))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(2)
+
+
+def cached_inference_batches(ids, labels, batch_size, cache):
+    """:func:`glomo_tf.data.batching.length_sorted_batches` with the cached graphs: ``(dataset,
+    order)``, the examples sorted by length and batched, each batch cut to its longest text,
+    its elements ``((ids, graphs...), labels)`` as :func:`cached_training_batches`' (``order``
+    maps the dataset's example order back to the input order). For graphs that no predictor
+    computes on the fly (:mod:`glomo_tf.data.gold_graphs`)."""
+    import tensorflow as tf
+
+    from glomo_tf.data.batching import sequence_lengths
+
+    ids = np.asarray(ids)
+    if len(cache) != len(ids):
+        raise ValueError(f"The graph cache holds {len(cache)} sentences, the ids {len(ids)}: "
+                         "compute the cache from the same ids.")
+    lengths = np.maximum(sequence_lengths(ids), 1)
+    order = np.argsort(lengths, kind="stable")
+    batches = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        width = int(lengths[rows].max())
+        graphs = batch_of(cache, rows, width)
+        graphs = graphs if isinstance(graphs, tuple) else (graphs,)
+        batches.append(((ids[rows, :width].astype("int32"), *graphs),
+                        np.asarray(labels, "int64")[rows]))
+    head = tuple(cache.shape)
+    last = [None] if cache.k is None else [cache.k]
+    specs = ((tf.TensorSpec([None, None], tf.int32),
+              *([tf.TensorSpec([None, *head, None, *last], tf.int32)] if cache.k else []),
+              tf.TensorSpec([None, *head, None, *last], tf.as_dtype(cache.weights.dtype))),
+             tf.TensorSpec([None], tf.int64))
+    dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=specs)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))), order
 
 
 def with_graphs(dataset, predictor, top_k=None, cache="", candidates=False,

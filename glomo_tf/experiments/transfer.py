@@ -39,6 +39,8 @@ FILE_DATASETS = ("file", "listops", "pairs")
 # Datasets with a default file of their own that --file / --test-file may replace.
 OPTIONAL_FILE_DATASETS = READING_DATASETS
 TFDS_NAMES = {"imdb": "imdb_reviews", "sst2_tfds": "glue/sst2"}
+# Datasets whose texts carry their structure: the gold variants' graphs (ListOps' trees).
+GOLD_DATASETS = ("listops",)
 # Datasets read from files with an official split: train for training, dev for validation.
 SST_DATASETS = {"sst2": False, "sst5": True}  # name -> fine_grained
 SPLITS = ("seeded", "kfold")
@@ -131,6 +133,13 @@ class TransferConfig:
     transfer_dropout: float = setting(0.0, "dropout on GlomoTransfer's fused input [H ; M H "
                                       "...] (GLoMo and uniform variants)",
                                       group="model and training")
+    transfer_form: str = setting(
+        "fusion", "how the GLoMo, uniform and gold variants use their graphs: fusion (the "
+        "paper's one gated fusion, GlomoTransfer) or propagation (the states composed along the "
+        "graphs for `propagation_steps` steps, GraphPropagation)", group="model and training",
+        choices=hparams.TRANSFER_FORMS)
+    propagation_steps: int = setting(3, "steps of `transfer_form` propagation",
+                                     group="model and training")
     epochs: int = setting(10, "most training epochs per run", group="model and training")
     patience: int = setting(2, "epochs without a better validation accuracy before stopping",
                             group="model and training")
@@ -210,8 +219,16 @@ class TransferConfig:
                              "seeded.")
         if c.split == "kfold" and c.folds < 2:
             raise ValueError("`folds` must be >= 2.")
+        gold = [v for v in c.variants if v in hparams.GOLD_VARIANTS]
+        if gold and c.dataset not in GOLD_DATASETS:
+            raise ValueError(f"The variant(s) {' '.join(gold)} read the data's own structure, "
+                             f"which only `dataset` {' / '.join(GOLD_DATASETS)} carries; leave "
+                             "them out for this dataset.")
+        if c.transfer_form not in hparams.TRANSFER_FORMS:
+            raise ValueError(f"`transfer_form` must be one of "
+                             f"{', '.join(hparams.TRANSFER_FORMS)}, got {c.transfer_form!r}.")
         for name in ("max_length", "epochs", "batch_size", "embedding_dim", "rnn_units",
-                     "attention_heads", "num_mixtures"):
+                     "attention_heads", "num_mixtures", "propagation_steps"):
             if getattr(c, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1.")
         if c.patience < 0 or not 0.0 <= c.dropout < 1.0 or c.learning_rate <= 0:
@@ -329,69 +346,66 @@ def train_and_evaluate(model, train, validation, test, *, learning_rate=1e-3, pa
     length-bucketed and validation/test batches length-sorted, each cut to its longest text (see
     :func:`glomo_tf.data.batching.bucketed_training_batches`).
 
-    ``graphs``: None (the model runs its GLoMo layers' predictor on every batch), or a dict
+    ``graphs``: None (the model runs its GLoMo layers' predictor on every batch); a dict
     ``{"cache": GraphCache of the training ids, "predictor": ..., "top_k": ...}``: the model is
-    then trained and evaluated through a :class:`~glomo_tf.models.GraphFedModel`,
-    reading the cached training graphs and the validation and test graphs computed once."""
-    import keras
-
-    if graphs is not None:
-        return _train_and_evaluate_cached(model, train, validation, test, graphs,
-                                          learning_rate=learning_rate, patience=patience,
-                                          epochs=epochs, batch_size=batch_size, verbose=verbose,
-                                          seed=seed)
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
-                                         patience=patience, restore_best_weights=True)
-    # Inference needs no gradients: twice the training batch (fewer steps, fewer partial batches).
-    inference_batch = 2 * batch_size
-    validation_data, _ = length_sorted_batches(*validation, inference_batch)
-    history = model.fit(bucketed_training_batches(*train, batch_size, seed),
-                        validation_data=validation_data, epochs=epochs,
-                        shuffle=False,  # the bucketed dataset reshuffles itself every epoch
-                        callbacks=[stop], verbose=verbose)
-    test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
-                                             inference_batch)
-    probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
-    probabilities[order] = model.predict(test_data, verbose=0)
-    accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
-    return accuracy, len(history.history["loss"])
-
-
-def _train_and_evaluate_cached(model, train, validation, test, graphs, *, learning_rate,
-                               patience, epochs, batch_size, verbose, seed):
-    """:func:`train_and_evaluate` with the GLoMo layers fed cached graphs (same batches, same
-    early stopping, same evaluation)."""
-    import keras
-
+    then trained and evaluated through a :class:`~glomo_tf.models.GraphFedModel`, reading the
+    cached training graphs and the validation and test graphs computed once; or ``{"gold":
+    (training, validation, test GraphCache)}``: a model on ``(ids, graphs...)`` (the gold
+    variants of :func:`glomo_tf.models.build_classifier`) fed the data's own graphs
+    (:mod:`glomo_tf.data.gold_graphs`)."""
     from glomo_tf.data import graph_cache
-    from glomo_tf.models import GraphFedModel
 
-    fed = GraphFedModel(model)
-    fed.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
-                                         patience=patience, restore_best_weights=True)
-    inference_batch = 2 * batch_size
-    predictor, top_k = graphs["predictor"], graphs["top_k"]
-    candidates = top_k is None
-    temperature = graphs.get("graph_temperature")
-    validation_data = graph_cache.with_graphs(
-        length_sorted_batches(*validation, inference_batch)[0], predictor, top_k,
-        candidates=candidates, graph_temperature=temperature)
-    history = fed.fit(graph_cache.cached_training_batches(*train, batch_size, seed,
-                                                          graphs["cache"]),
-                      validation_data=validation_data, epochs=epochs, shuffle=False,
-                      callbacks=[stop], verbose=verbose)
-    test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
-                                             inference_batch)
-    test_data = graph_cache.with_graphs(test_data, predictor, top_k, cache=None,
-                                        candidates=candidates, graph_temperature=temperature)
+    inference_batch = 2 * batch_size  # no gradients: twice the training batch
+    fitted = model
+    if graphs is not None and "gold" in graphs:
+        caches = graphs["gold"]
+        batches = graph_cache.cached_training_batches(*train, batch_size, seed, caches[0])
+        validation_data = graph_cache.cached_inference_batches(*validation, inference_batch,
+                                                               caches[1])[0]
+        test_data, order = graph_cache.cached_inference_batches(
+            test[0], np.zeros(len(test[0]), "int64"), inference_batch, caches[2])
+    elif graphs is not None:
+        from glomo_tf.models import GraphFedModel
+
+        fitted = GraphFedModel(model)
+        predictor, top_k = graphs["predictor"], graphs["top_k"]
+        stage = functools.partial(graph_cache.with_graphs, predictor=predictor, top_k=top_k,
+                                  candidates=top_k is None,
+                                  graph_temperature=graphs.get("graph_temperature"))
+        batches = graph_cache.cached_training_batches(*train, batch_size, seed, graphs["cache"])
+        validation_data = stage(length_sorted_batches(*validation, inference_batch)[0])
+        test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
+                                                 inference_batch)
+        test_data = stage(test_data, cache=None)
+    else:
+        batches = bucketed_training_batches(*train, batch_size, seed)
+        validation_data, _ = length_sorted_batches(*validation, inference_batch)
+        test_data, order = length_sorted_batches(test[0], np.zeros(len(test[0]), "int64"),
+                                                 inference_batch)
+    epochs_run = fit_with_early_stopping(fitted, batches, validation_data,
+                                         learning_rate=learning_rate, patience=patience,
+                                         epochs=epochs, verbose=verbose)
     probabilities = np.empty((len(order), model.output_shape[-1]), "float32")
-    probabilities[order] = fed.predict(test_data, verbose=0)
+    probabilities[order] = fitted.predict(test_data, verbose=0)
     accuracy = float(np.mean(np.argmax(probabilities, axis=-1) == np.asarray(test[1])))
-    return accuracy, len(history.history["loss"])
+    return accuracy, epochs_run
+
+
+def fit_with_early_stopping(model, batches, validation_data, *, learning_rate, patience, epochs,
+                            verbose, monitor="val_accuracy", loss="sparse_categorical_crossentropy",
+                            metrics=("accuracy",)):
+    """Compiles ``model`` with Adam at ``learning_rate`` and fits it on ``batches`` (a dataset
+    that reshuffles itself) for at most ``epochs``, stopping after ``patience`` epochs without a
+    better ``monitor`` (best weights restored); returns the epochs run."""
+    import keras
+
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss,
+                  metrics=list(metrics))
+    stop = keras.callbacks.EarlyStopping(monitor=monitor, mode="max", patience=patience,
+                                         restore_best_weights=True)
+    history = model.fit(batches, validation_data=validation_data, epochs=epochs, shuffle=False,
+                        callbacks=[stop], verbose=verbose)
+    return len(history.history["loss"])
 
 
 # ---------------------------------------------------------------------------------- report
@@ -505,6 +519,10 @@ def _run_transfer(config, record):
                          if test is None else (ids[test], labels[test]))
             validation_data = (_encoded(official["validation"], encoder, config.max_length)
                                if validation is None else (ids[validation], labels[validation]))
+            split_texts = [[texts[i] for i in train],
+                           official["validation"][0] if validation is None
+                           else [texts[i] for i in validation],
+                           official["test"][0] if test is None else [texts[i] for i in test]]
             for variant in config.variants:
                 if (variant, seed, fold) in done:
                     continue
@@ -517,10 +535,16 @@ def _run_transfer(config, record):
                     embedding_dim=config.embedding_dim, rnn_units=config.rnn_units,
                     attention_heads=config.attention_heads, dropout=config.dropout,
                     num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
-                    top_k=config.top_k, graph_temperature=config.graph_temperature)
+                    top_k=config.top_k, graph_temperature=config.graph_temperature,
+                    transfer_form=config.transfer_form,
+                    propagation_steps=config.propagation_steps)
                 initial_embeddings(model, predictor, config)
                 graphs = None
-                if (predictor is not None and config.graph_cache
+                if variant in hparams.GOLD_VARIANTS:
+                    graphs = {"gold": [gold_graphs(part_texts, part[0]) for part_texts, part in
+                                       zip(split_texts, ((ids[train], None), validation_data,
+                                                         test_data))]}
+                elif (predictor is not None and config.graph_cache
                         and variant in hparams.PREDICTOR_VARIANTS):
                     graphs = {"cache": graph_cache().subset(train), "predictor": predictor,
                               "top_k": config.top_k,
@@ -546,6 +570,22 @@ def _run_transfer(config, record):
         markdown = write_results(config.output_dir, saved_config, runs, saved_config["variants"],
                                  split_description)
     return markdown
+
+
+def gold_graphs(texts, ids):
+    """The :class:`~glomo_tf.data.graph_cache.GraphCache` of the texts' own structure
+    (:mod:`glomo_tf.data.gold_graphs`; ListOps: each expression's tree), over the units of
+    ``ids`` (the texts encoded, each cut to its first ``max_length`` units: a ListOps unit's
+    parent comes before it, so a cut tree stays a tree)."""
+    from glomo_tf.data import gold_graphs as gold
+    from glomo_tf.data.batching import sequence_lengths
+
+    lengths = np.maximum(sequence_lengths(np.asarray(ids)), 1)
+    try:
+        return gold.gold_graph_cache([gold.tree_graphs(gold.listops_parents(text)[:n])
+                                      for text, n in zip(texts, lengths)])
+    except ValueError as error:
+        raise ValueError(f"The gold variants read each text's tree: {error}") from None
 
 
 def _announce(config, data, split_description, runs):
@@ -669,25 +709,20 @@ def train_and_evaluate_pairs(model, train, validation, tests, *, learning_rate=1
     """:func:`train_and_evaluate` for a pair classifier: ``train`` and ``validation`` are
     ``(first ids, second ids, labels)``, ``tests`` a dict ``{name: (first, second, labels)}``.
     Returns ``({name: predicted classes}, epochs run)``."""
-    import keras
-
     from glomo_tf.data.batching import pair_sorted_batches, pair_training_batches
 
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    stop = keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max",
-                                         patience=patience, restore_best_weights=True)
     inference_batch = 2 * batch_size
-    history = model.fit(pair_training_batches(*train, batch_size, seed),
-                        validation_data=pair_sorted_batches(*validation, inference_batch)[0],
-                        epochs=epochs, shuffle=False, callbacks=[stop], verbose=verbose)
+    epochs_run = fit_with_early_stopping(
+        model, pair_training_batches(*train, batch_size, seed),
+        pair_sorted_batches(*validation, inference_batch)[0], learning_rate=learning_rate,
+        patience=patience, epochs=epochs, verbose=verbose)
     predictions = {}
     for name, (first, second, labels) in tests.items():
         data, order = pair_sorted_batches(first, second, labels, inference_batch)
         predicted = np.empty(len(order), np.int64)
         predicted[order] = np.argmax(model.predict(data, verbose=0), axis=-1)
         predictions[name] = predicted
-    return predictions, len(history.history["loss"])
+    return predictions, epochs_run
 
 
 def binary_f1(predicted, labels, positive=1):
@@ -789,6 +824,8 @@ def previous_runs(config, saved_config):
             previous = json.load(handle)
         runs, settings = list(previous["runs"]), dict(previous["config"])
         settings.setdefault("precision", "float32")  # results written before `precision`
+        settings.setdefault("transfer_form", "fusion")  # ... and before `transfer_form`
+        settings.setdefault("propagation_steps", 3)
         settings.pop("flags", None)  # the command line's flag table, kept by some earlier builds
         keys = {(r["variant"], r["seed"], r["fold"]) for r in runs}
     except (OSError, ValueError, KeyError, TypeError) as error:

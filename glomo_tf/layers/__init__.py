@@ -8,6 +8,7 @@ from glomo_tf.layers.graph_input import GraphInput
 from glomo_tf.layers.graph_mixture import GraphMixture
 from glomo_tf.layers.graph_predictor import CoupledGraphPredictor, GraphPredictor, graph_predictor
 from glomo_tf.layers.graph_predictor_2d import GraphPredictor2D
+from glomo_tf.layers.graph_propagation import GraphPropagation
 from glomo_tf.layers.graph_scorer import GraphScorer, LiveRowHinge
 from glomo_tf.layers.masked_conv_2d import MaskedConv2D
 from glomo_tf.layers.related import (ContextualizedNonLocal, LinearChainCRF, OrderedMemory,
@@ -15,6 +16,6 @@ from glomo_tf.layers.related import (ContextualizedNonLocal, LinearChainCRF, Ord
 
 __all__ = ["CausalConvEncoder", "ContextDecoder", "ContextualizedNonLocal",
            "CoupledGraphPredictor", "FeaturePredictor", "GlomoTransfer", "GraphInput",
-           "GraphMixture", "GraphPredictor", "GraphPredictor2D", "GraphScorer", "LinearChainCRF",
-           "LiveRowHinge", "MaskedConv2D", "OrderedMemory", "SentenceEncoder", "SharedPrivateRNN",
-           "graph_predictor"]
+           "GraphMixture", "GraphPredictor", "GraphPredictor2D", "GraphPropagation",
+           "GraphScorer", "LinearChainCRF", "LiveRowHinge", "MaskedConv2D", "OrderedMemory",
+           "SentenceEncoder", "SharedPrivateRNN", "graph_predictor"]

@@ -169,16 +169,7 @@ class GlomoTransfer(keras.layers.Layer):
         return cls(graph_predictor=predictor, fine_tune=fine_tune, **kwargs)
 
     def build(self, input_shape):
-        features_shape, ids_shape, graphs_shape = self._split_inputs(input_shape)
-        if ids_shape is not None:
-            graphs_shape = self._predictor_graphs_shape(ids_shape)
-        if features_shape is None:
-            features_shape = (ids_shape[0], ids_shape[1], self.graph_predictor.hidden_dim)
-        if self.graph_mode == "learned" and graphs_shape is None:
-            raise ValueError(
-                "GlomoTransfer in 'learned' graph mode needs a graph_predictor or graphs as input.")
-        if self.graph_predictor is not None and not self.graph_predictor.built:
-            self.graph_predictor.build((None, None))
+        features_shape, graphs_shape = self._build_graphs(input_shape)
         d = features_shape[-1]
         self._features_dim = d
         self.mixture.build(tuple(features_shape), graphs_shape)
@@ -191,6 +182,21 @@ class GlomoTransfer(keras.layers.Layer):
         self.gate_dense.build((None, None, fused_dim))
         self.built = True
 
+    def _build_graphs(self, input_shape):
+        """``(features_shape, graphs_shape)`` of the call's input shapes, the predictor built;
+        raises ``ValueError`` when learned graphs have no source."""
+        features_shape, ids_shape, graphs_shape = self._split_inputs(input_shape)
+        if ids_shape is not None:
+            graphs_shape = self._predictor_graphs_shape(ids_shape)
+        if features_shape is None:
+            features_shape = (ids_shape[0], ids_shape[1], self.graph_predictor.hidden_dim)
+        if self.graph_mode == "learned" and graphs_shape is None:
+            raise ValueError(
+                "GlomoTransfer in 'learned' graph mode needs a graph_predictor or graphs as input.")
+        if self.graph_predictor is not None and not self.graph_predictor.built:
+            self.graph_predictor.build((None, None))
+        return features_shape, graphs_shape
+
     def _predictor_graphs_shape(self, ids_shape):
         if self.graph_predictor is None:
             return None
@@ -199,6 +205,25 @@ class GlomoTransfer(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def call(self, inputs, training=None, mask=None):
+        features, graphs, padding_mask = self._features_and_graphs(inputs, training, mask)
+        features = tf.cast(features, self.compute_dtype)
+        # [B, T, 2, mixtures, d], the mixtures' scales left to the fusion kernel (_gated)
+        mixed = self.mixture(features, graphs=graphs, padding_mask=padding_mask, scaled=False)
+        shape = tf.shape(features)
+        mixed = tf.reshape(mixed, [shape[0], shape[1], 2 * self.num_mixtures * self._features_dim])
+        fused = self.fusion_dropout(tf.concat([features, mixed], axis=-1), training=training)
+        gated = self._gated(fused)
+        output = tf.concat([features, gated], axis=-1)
+        if padding_mask is not None:
+            output = output * tf.cast(padding_mask, output.dtype)[:, :, None]
+        return output
+
+    def _features_and_graphs(self, inputs, training, mask):
+        """``(features, graphs, padding_mask)`` of the call's inputs: ``H`` (the predictor's
+        frozen embeddings when only token ids are given), the graphs as the mixture reads them
+        (a :class:`GraphInput`: the predictor's, sharpened and cut to ``top_k`` as set, or the
+        ones given; None in uniform mode), and the padding mask (None when neither the ids nor
+        a mask say)."""
         features, token_ids, graphs = self._split_inputs(inputs)
         padding_mask = None
         if token_ids is not None:
@@ -229,17 +254,7 @@ class GlomoTransfer(keras.layers.Layer):
                 dense = ops.sharpen_graphs(dense, self.graph_temperature)
             graphs = (GraphInput("dense", (dense,)) if self.top_k is None
                       else GraphInput("top_k", ops.top_k_sources(dense, self.top_k)))
-        features = tf.cast(features, self.compute_dtype)
-        # [B, T, 2, mixtures, d], the mixtures' scales left to the fusion kernel (_gated)
-        mixed = self.mixture(features, graphs=graphs, padding_mask=padding_mask, scaled=False)
-        shape = tf.shape(features)
-        mixed = tf.reshape(mixed, [shape[0], shape[1], 2 * self.num_mixtures * self._features_dim])
-        fused = self.fusion_dropout(tf.concat([features, mixed], axis=-1), training=training)
-        gated = self._gated(fused)
-        output = tf.concat([features, gated], axis=-1)
-        if padding_mask is not None:
-            output = output * tf.cast(padding_mask, output.dtype)[:, :, None]
-        return output
+        return features, graphs, padding_mask
 
     def _gated(self, fused):
         """``value(fused) * sigmoid(gate(fused))`` of ``fused = [H ; M_1 H ; ...]`` with the

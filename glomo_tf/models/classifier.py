@@ -24,7 +24,17 @@ variant                GLoMo transfer
 ``shared_private``     none; a GRU with a shared and a private state and local auxiliary
                        losses: embeddings -> Dropout -> SharedPrivateRNN (last real state)
                        -> Dropout -> Dense softmax
+``gold_embeddings``    the data's own structure (:mod:`glomo_tf.data.gold_graphs`) as the graphs
+                       at the embeddings: the ceiling ``glomo_embeddings`` climbs towards; the
+                       model takes ``[token_ids, graph_indices, graph_weights]``, the graphs in
+                       the top-k form of :func:`~glomo_tf.data.gold_graphs.gold_graph_cache`
+``gold_rnn``           the same at the BiGRU states
 =====================  =======================================================================
+
+``transfer_form`` says how the graphs are used where they are transferred: ``"fusion"`` (the
+paper's, the default) is :class:`GlomoTransfer`'s single gated fusion ``[H ; gated(H, M H)]``;
+``"propagation"`` composes the states along the graphs for ``propagation_steps`` steps
+(:class:`GraphPropagation`, a GRU update per step), a deeper use of the same graphs.
 
 The two related models keep the meaning of the shared hyper-parameters: ``embedding_dim`` is the
 embedding width, ``dropout`` the rate after the embeddings and before the output layer, and their
@@ -63,11 +73,13 @@ import tensorflow as tf
 
 from glomo_tf import hparams
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
+from glomo_tf.layers.graph_propagation import GraphPropagation
 from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.layers.related import ContextualizedNonLocal, SharedPrivateRNN
 
 VARIANTS = hparams.VARIANTS
 PREDICTOR_VARIANTS = hparams.PREDICTOR_VARIANTS
+GOLD_VARIANTS = hparams.GOLD_VARIANTS
 CN3_LAYERS = 1  # graph layers of the cn3 variant (see the module docstring)
 SHARED_FRACTION = 0.5  # shared part of the shared_private variant's state (paper, Figure 2)
 
@@ -155,7 +167,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      num_mixtures=2, conditioned=True, include_products=True,
                      transfer_dropout=0.0, num_anchors=2,
                      reconstruct_length=4, predict_length=4, aux_weight=0.5, top_k=None,
-                     graph_temperature=None, name=None):
+                     graph_temperature=None, transfer_form="fusion", propagation_steps=3,
+                     name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -191,28 +204,40 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             (``GlomoTransfer``'s ``top_k``; GLoMo variants).
         graph_temperature: None, or the temperature the learned graphs are sharpened (below 1)
             or flattened (above 1) by (``GlomoTransfer``'s ``graph_temperature``; GLoMo variants).
+        transfer_form: ``"fusion"`` (default, the paper's) or ``"propagation"`` (see the module
+            docstring), for every variant that transfers graphs.
+        propagation_steps: int, the steps of ``transfer_form="propagation"``.
         name: model name; default ``"classifier_<variant>"``.
 
     Returns:
-        An uncompiled ``keras.Model``; compile it with a sparse categorical cross-entropy.
+        An uncompiled ``keras.Model`` on ``token_ids`` (the gold variants: on ``[token_ids,
+        graph_indices, graph_weights]``); compile it with a sparse categorical cross-entropy.
     """
     hparams.check_choice("variant", variant, VARIANTS)
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
+    hparams.check_choice("transfer_form", transfer_form, hparams.TRANSFER_FORMS)
     if variant in PREDICTOR_VARIANTS:
         check_graph_predictor(variant, graph_predictor, vocabulary_size)
-
-    def transfer(features, token_ids, graph_mode, layer_name):
-        layer = GlomoTransfer(graph_predictor if graph_mode == "learned" else None,
-                              num_mixtures=num_mixtures, conditioned=conditioned,
-                              include_products=include_products, graph_mode=graph_mode,
-                              dropout=transfer_dropout,
-                              top_k=top_k if graph_mode == "learned" else None,
-                              graph_temperature=(graph_temperature if graph_mode == "learned"
-                                                 else None), name=layer_name)
-        return layer([features, token_ids])
-
+    gold = variant in GOLD_VARIANTS
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    # The gold variants read the data's graphs (one layer, one head) in the top-k form.
+    gold_graphs = [keras.Input((2, 1, 1, None, None), dtype=dtype, name=name)
+                   for dtype, name in (("int32", "graph_indices"),
+                                       ("float32", "graph_weights"))] if gold else []
+
+    def transfer(features, graph_mode, layer_name):
+        learned = graph_mode == "learned" and not gold
+        layer_class = GlomoTransfer if transfer_form == "fusion" else GraphPropagation
+        options = {} if transfer_form == "fusion" else {"steps": propagation_steps}
+        layer = layer_class(graph_predictor if learned else None,
+                            num_mixtures=num_mixtures, conditioned=conditioned,
+                            include_products=include_products, graph_mode=graph_mode,
+                            dropout=transfer_dropout, top_k=top_k if learned else None,
+                            graph_temperature=graph_temperature if learned else None,
+                            name=layer_name, **options)
+        return layer([features, *(gold_graphs or [token_ids])])
+
     h = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
                                name="embedding")(token_ids)
     if variant in ("cn3", "shared_private"):
@@ -230,17 +255,17 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                 name="shared_private_rnn")(h, aux_targets=token_ids)
         return _classification_head(pooled, num_classes, dropout, token_ids,
                                     name or f"classifier_{variant}")
-    if variant == "glomo_embeddings":
-        h = transfer(h, token_ids, "learned", "glomo_embeddings")
+    if variant in ("glomo_embeddings", "gold_embeddings"):
+        h = transfer(h, "learned", variant)
     elif variant == "uniform":
-        h = transfer(h, token_ids, "uniform", "uniform_graphs")
+        h = transfer(h, "uniform", "uniform_graphs")
     h = keras.layers.Dropout(dropout, name="embedding_dropout")(h)
     h = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),
                                    name="bigru")(h)
-    if variant == "glomo_rnn":
-        h = transfer(h, token_ids, "learned", "glomo_rnn")
+    if variant in ("glomo_rnn", "gold_rnn"):
+        h = transfer(h, "learned", variant)
     elif variant == "uniform_rnn":
-        h = transfer(h, token_ids, "uniform", "uniform_graphs")
+        h = transfer(h, "uniform", "uniform_graphs")
     width = h.shape[-1]
     attention_mask = SelfAttentionMask(name="attention_mask")(token_ids)
     attended = keras.layers.MultiHeadAttention(
@@ -250,7 +275,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     h = keras.layers.LayerNormalization(name="attention_norm")(
         keras.layers.Add(name="residual")([h, attended]))
     pooled = MaskedMeanMaxPooling(name="mean_max_pooling")([h, token_ids])
-    return _classification_head(pooled, num_classes, dropout, token_ids,
+    return _classification_head(pooled, num_classes, dropout, [token_ids, *gold_graphs],
                                 name or f"classifier_{variant}")
 
 
@@ -268,9 +293,12 @@ def check_graph_predictor(variant, graph_predictor, vocabulary_size):
             "pass its vocabulary_size, so both read the same ids.")
 
 
-def _classification_head(pooled, num_classes, dropout, token_ids, name):
-    """Dropout -> Dense softmax on the pooled features; the model ``token_ids -> probabilities``."""
+def _classification_head(pooled, num_classes, dropout, inputs, name):
+    """Dropout -> Dense softmax on the pooled features; the model ``inputs -> probabilities``
+    (``token_ids``, or a list of inputs)."""
     pooled = keras.layers.Dropout(dropout, name="output_dropout")(pooled)
     probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
                                        name="probabilities")(pooled)
-    return keras.Model(token_ids, probabilities, name=name)
+    if isinstance(inputs, list) and len(inputs) == 1:
+        inputs = inputs[0]
+    return keras.Model(inputs, probabilities, name=name)
