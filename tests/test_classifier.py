@@ -40,7 +40,8 @@ def test_variant_builds_fits_and_keeps_the_predictor_frozen(variant, predictor, 
 
         lengths = (ids != 0).sum(1)
         cache = gold_graph_cache([tree_graphs(np.arange(n) - 1) for n in lengths])
-        inputs = [ids, *batch_of(cache, range(len(ids)), ids.shape[1])]
+        indices, weights = batch_of(cache, range(len(ids)), ids.shape[1])
+        inputs = [ids, (np.eye(ids.shape[1])[indices] * weights[..., None]).sum(-2)]
     probabilities = np.asarray(model(inputs, training=False))
     assert probabilities.shape == (6, CLASSES)
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)

@@ -101,8 +101,15 @@ def test_the_cache_holds_the_graphs_exactly_and_batches_feed_them():
             np.testing.assert_allclose(dense[..., :n, :n], graphs[i])
             assert dense[..., n:, :].sum() == 0
     assert sorted(seen) == [0, 1, 2, 3]
+    dense, _ = cached_inference_batches(ids, labels, 3, cache, dense=True)
+    for ((x, graphs_in), _), ((_, indices, weights), _) in zip(dense, data):
+        np.testing.assert_allclose(graphs_in, densify(indices, weights, x.shape[1]), atol=1e-6)
     batches = list(cached_training_batches(ids, labels, 2, 0, cache))
+    dense_batches = list(cached_training_batches(ids, labels, 2, 0, cache, dense=True))
     assert sum(len(y) for _, y in batches) == 4
+    for ((x, indices, weights), y), ((x2, graphs_in), y2) in zip(batches, dense_batches):
+        assert np.array_equal(x, x2) and np.array_equal(y, y2)  # the same batches
+        np.testing.assert_allclose(graphs_in, densify(indices, weights, x.shape[1]), atol=1e-6)
 
 
 @pytest.mark.parametrize("module", ["glomo_tf.data.gold_graphs", "glomo_tf.data.conllu"])

@@ -25,12 +25,16 @@ def chain_graphs(n, batch=1):
     return np.repeat(g[None], batch, axis=0)
 
 
-def test_steps_are_the_gru_updates_of_numpy(rng):
-    """One graph per direction (one layer, one head), one mixture: ``M = scale * G``."""
+@pytest.mark.parametrize("aggregation, update_form", [("mean", "gru"), ("sum", "gru"),
+                                                 ("sum", "mlp")])
+def test_steps_are_the_updates_of_numpy(rng, aggregation, update_form):
+    """One graph per direction (one layer, one head), one mixture: ``M = scale * G``; summed,
+    each row of ``G`` times its number of sources (a tree's rows: its 0/1 adjacency)."""
     features = rng.normal(size=(2, 5, 3)).astype("float32")
     graphs = np.stack([gold.tree_graphs([-1, 0, 0, 2, 2]), gold.tree_graphs([-1, 0, 1, 0, 0])])
     graphs *= PADDING[:, None, None, None, None, :] * PADDING[:, None, None, None, :, None]
-    layer = GraphPropagation(steps=3, units=4, conditioned=False)
+    layer = GraphPropagation(steps=3, units=4, conditioned=False, aggregation=aggregation,
+                             update=update_form)
     layer([features, graphs], mask=[PADDING, None])
     jitter_weights(layer, rng, scale=0.5)
     out = layer([features, graphs], mask=[PADDING, None]).numpy()
@@ -38,9 +42,18 @@ def test_steps_are_the_gru_updates_of_numpy(rng):
     w = {v.path.split("/", 1)[1]: v.numpy() for v in layer.weights}
     keep = PADDING[:, :, None].astype("float64")
     h = features @ w["input_projection/kernel"] + w["input_projection/bias"]
+    if aggregation == "sum":
+        graphs = graphs * (graphs > 0).sum(-1, keepdims=True)
+        assert graphs[0, 1, 0, 0, 0].tolist() == [0, 1, 1, 0, 0]  # the root's two arguments
+    initial = h
     for _ in range(3):
         messages = np.concatenate([w["mixture/scale"][z, 0] * graphs[:, z, 0, 0] @ h
                                    for z in range(2)], -1)
+        if update_form == "mlp":
+            hidden = np.maximum(np.concatenate([initial, messages], -1) @ w["hidden/kernel"]
+                                + w["hidden/bias"], 0)
+            h = np.maximum(hidden @ w["output/kernel"] + w["output/bias"], 0) * keep
+            continue
         gates = sigmoid(np.concatenate([messages, h], -1) @ w["gates/kernel"] + w["gates/bias"])
         update, reset = gates[..., :4], gates[..., 4:]
         candidate = np.tanh(np.concatenate([messages, reset * h], -1) @ w["candidate/kernel"]
@@ -88,7 +101,8 @@ def test_layer_harness(mode, tmp_path, rng):
         graphs = np.stack([gold.tree_graphs([-1, 0, 0, 2, 2]),
                            gold.tree_graphs([-1, 0, 1, 0, 0])])
         graphs *= PADDING[:, None, None, None, None, :]
-        init_kwargs = dict(steps=3, units=4, conditioned=False)
+        init_kwargs = dict(steps=3, units=4, conditioned=False, aggregation="sum",
+                           update="mlp")
         call_args, input_shapes = ([features, graphs],), None
         call_kwargs = dict(mask=[PADDING, None])
         unmasked = lambda args, kwargs: (args, {})  # noqa: E731
@@ -103,6 +117,10 @@ def test_bad_steps_and_units_are_refused():
         GraphPropagation(steps=0)
     with pytest.raises(ValueError, match="units must be a positive integer"):
         GraphPropagation(units=-2)
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        GraphPropagation(aggregation="max")
+    with pytest.raises(ValueError, match="update must be one of"):
+        GraphPropagation(update="lstm")
 
 
 def test_classifier_forms_and_gold_variants(rng):
@@ -121,14 +139,15 @@ def test_classifier_forms_and_gold_variants(rng):
     from glomo_tf.data.graph_cache import batch_of
 
     indices, weights = batch_of(cache, [0, 1], 5)
+    graphs = (np.eye(5)[indices] * weights[..., None]).sum(-2).astype("float32")
     for form in ("fusion", "propagation"):
         model = build_classifier(30, 3, "gold_rnn", transfer_form=form, **sizes)
-        assert [tuple(i.shape) for i in model.inputs] == [
-            (None, None), (None, 2, 1, 1, None, None), (None, 2, 1, 1, None, None)]
-        probabilities = model([ids, indices, weights]).numpy()
+        assert [tuple(i.shape) for i in model.inputs] == [(None, None),
+                                                          (None, 2, 1, 1, None, None)]
+        probabilities = model([ids, graphs]).numpy()
         np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
         # The graphs are read: other graphs, other outputs.
-        other = model([ids, indices, np.roll(weights, 1, axis=-2)]).numpy()
+        other = model([ids, np.swapaxes(graphs, -1, -2)[:, ::-1]]).numpy()
         assert np.abs(other - probabilities).max() > 1e-6
     with pytest.raises(ValueError, match="transfer_form must be one of"):
         build_classifier(30, 3, "uniform", transfer_form="stacked", **sizes)

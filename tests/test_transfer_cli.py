@@ -389,4 +389,4 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
         layer = saved.get_layer("gold_rnn")
         assert type(layer).__name__ == ("GlomoTransfer" if form == "fusion"
                                         else "GraphPropagation")
-        assert len(saved.inputs) == 3
+        assert len(saved.inputs) == 2

@@ -281,17 +281,21 @@ def _elements(cache):
     return tf.RaggedTensor.from_row_lengths(cache.indices, sizes), weights
 
 
-def cached_training_batches(ids, labels, batch_size, seed, cache):
+def cached_training_batches(ids, labels, batch_size, seed, cache, dense=False):
     """:func:`glomo_tf.data.batching.bucketed_training_batches` with the cached graphs.
 
     The same per-epoch shuffles (same seed), length buckets and batches; each element is
     ``((ids [b, T], graphs...), labels)`` with the graphs of the batch's sentences read from
     ``cache`` (a :class:`GraphCache` of ``ids``): dense ``[b, 2, L, K, T, T]``, or top-k
     ``indices, weights``, both ``[b, 2, L, K, T, k]``; a cache with candidates gives
-    ``((ids, {"packed_candidates": [b, T, C, T]}), labels)``.
+    ``((ids, {"packed_candidates": [b, T, C, T]}), labels)``. ``dense=True`` turns a top-k
+    cache's graphs dense on the way (``((ids, graphs [b, 2, L, K, T, T]), labels)``): the
+    compact form in memory, the dense one in the step (for short texts, where a dense step
+    costs less than a gather).
     """
     import tensorflow as tf
 
+    from glomo_tf import ops
     from glomo_tf.data.batching import sequence_lengths
 
     ids = np.asarray(ids)
@@ -314,6 +318,8 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
         graphs = tuple(tf.reshape(g, head + [n] + last) for g in graphs)
         if cache.k is not None:
             graphs = (tf.cast(graphs[0], tf.int32), graphs[1])
+            if dense:
+                graphs = (ops.densify_top_k(*graphs, n),)
         return x[:n], graphs, y
 
     dataset = dataset.map(cut)
@@ -332,12 +338,12 @@ def cached_training_batches(ids, labels, batch_size, seed, cache):
     return dataset.prefetch(2)
 
 
-def cached_inference_batches(ids, labels, batch_size, cache):
+def cached_inference_batches(ids, labels, batch_size, cache, dense=False):
     """:func:`glomo_tf.data.batching.length_sorted_batches` with the cached graphs: ``(dataset,
     order)``, the examples sorted by length and batched, each batch cut to its longest text,
     its elements ``((ids, graphs...), labels)`` as :func:`cached_training_batches`' (``order``
-    maps the dataset's example order back to the input order). For graphs that no predictor
-    computes on the fly (:mod:`glomo_tf.data.gold_graphs`)."""
+    maps the dataset's example order back to the input order; ``dense`` as theirs). For graphs
+    that no predictor computes on the fly (:mod:`glomo_tf.data.gold_graphs`)."""
     import tensorflow as tf
 
     from glomo_tf.data.batching import sequence_lengths
@@ -354,12 +360,19 @@ def cached_inference_batches(ids, labels, batch_size, cache):
         width = int(lengths[rows].max())
         graphs = batch_of(cache, rows, width)
         graphs = graphs if isinstance(graphs, tuple) else (graphs,)
+        if dense and cache.k is not None:
+            indices, weights = graphs
+            graphs = ((np.eye(width, dtype=weights.dtype)[indices]
+                       * weights[..., None]).sum(-2),)
         batches.append(((ids[rows, :width].astype("int32"), *graphs),
                         np.asarray(labels, "int64")[rows]))
     head = tuple(cache.shape)
     last = [None] if cache.k is None else [cache.k]
+    if dense:
+        last = [None]
     specs = ((tf.TensorSpec([None, None], tf.int32),
-              *([tf.TensorSpec([None, *head, None, *last], tf.int32)] if cache.k else []),
+              *([tf.TensorSpec([None, *head, None, *last], tf.int32)]
+                if cache.k and not dense else []),
               tf.TensorSpec([None, *head, None, *last], tf.as_dtype(cache.weights.dtype))),
              tf.TensorSpec([None], tf.int64))
     dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=specs)

@@ -140,6 +140,14 @@ class TransferConfig:
         choices=hparams.TRANSFER_FORMS)
     propagation_steps: int = setting(3, "steps of `transfer_form` propagation",
                                      group="model and training")
+    propagation_aggregation: str = setting(
+        "mean", "how `transfer_form` propagation gathers a unit's sources: mean (the graphs' "
+        "rows as they are) or sum (each row times its number of sources)",
+        group="model and training", choices=("mean", "sum"))
+    propagation_update: str = setting(
+        "gru", "how `transfer_form` propagation updates a unit each step: gru (a GRU cell on its "
+        "state and messages) or mlp (a two-layer perceptron of its input and messages)",
+        group="model and training", choices=("gru", "mlp"))
     epochs: int = setting(10, "most training epochs per run", group="model and training")
     patience: int = setting(2, "epochs without a better validation accuracy before stopping",
                             group="model and training")
@@ -359,11 +367,12 @@ def train_and_evaluate(model, train, validation, test, *, learning_rate=1e-3, pa
     fitted = model
     if graphs is not None and "gold" in graphs:
         caches = graphs["gold"]
-        batches = graph_cache.cached_training_batches(*train, batch_size, seed, caches[0])
+        batches = graph_cache.cached_training_batches(*train, batch_size, seed, caches[0],
+                                                      dense=True)
         validation_data = graph_cache.cached_inference_batches(*validation, inference_batch,
-                                                               caches[1])[0]
+                                                               caches[1], dense=True)[0]
         test_data, order = graph_cache.cached_inference_batches(
-            test[0], np.zeros(len(test[0]), "int64"), inference_batch, caches[2])
+            test[0], np.zeros(len(test[0]), "int64"), inference_batch, caches[2], dense=True)
     elif graphs is not None:
         from glomo_tf.models import GraphFedModel
 
@@ -537,7 +546,9 @@ def _run_transfer(config, record):
                     num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
                     top_k=config.top_k, graph_temperature=config.graph_temperature,
                     transfer_form=config.transfer_form,
-                    propagation_steps=config.propagation_steps)
+                    propagation_steps=config.propagation_steps,
+                    propagation_aggregation=config.propagation_aggregation,
+                    propagation_update=config.propagation_update)
                 initial_embeddings(model, predictor, config)
                 graphs = None
                 if variant in hparams.GOLD_VARIANTS:
@@ -826,6 +837,8 @@ def previous_runs(config, saved_config):
         settings.setdefault("precision", "float32")  # results written before `precision`
         settings.setdefault("transfer_form", "fusion")  # ... and before `transfer_form`
         settings.setdefault("propagation_steps", 3)
+        settings.setdefault("propagation_aggregation", "mean")
+        settings.setdefault("propagation_update", "gru")
         settings.pop("flags", None)  # the command line's flag table, kept by some earlier builds
         keys = {(r["variant"], r["seed"], r["fold"]) for r in runs}
     except (OSError, ValueError, KeyError, TypeError) as error:

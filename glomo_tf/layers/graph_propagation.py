@@ -6,6 +6,14 @@ import tensorflow as tf
 from glomo_tf import hparams
 from glomo_tf.layers._common import float32_sigmoid
 from glomo_tf.layers.glomo_transfer import GlomoTransfer
+from glomo_tf.layers.graph_input import GraphInput
+
+# How a step updates a unit: a GRU cell on its state and its messages (a gated graph network), or
+# a two-layer perceptron of its input features and its messages (a graph isomorphism network).
+UPDATES = ("gru", "mlp")
+# How a unit gathers what its sources hold: the graph's weighted mean (rows sum to one), or the
+# sum over its sources (each row's weights times its number of sources).
+AGGREGATIONS = ("mean", "sum")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -31,6 +39,19 @@ class GraphPropagation(GlomoTransfer):
             ``graph_mode="uniform"``).
         steps: int >= 1, propagation steps.
         units: int, width of the states ``h``; default ``H``'s width.
+        aggregation: ``"mean"`` (default: the graphs as they are, each row a weighted mean of
+            its sources) or ``"sum"``: every row of the graphs scaled by its number of sources
+            (weights above 0), so that a unit adds up its sources (over a tree's edges, a
+            child-sum composition that can count its arguments). Applies to graphs the layer
+            reads dense or in the top-k form.
+        update: ``"gru"`` (default: the GRU cell above) or ``"mlp"``: ``h^{n+1} =
+            relu(W_2 relu(W_1 [h^0 ; m^n]))``, each step a two-layer perceptron of the unit's own
+            input and its messages (a graph isomorphism network, Xu et al. 2019; with
+            ``aggregation="sum"`` it tells apart any two multisets of sources).
+        hidden_units: the ``"gru"`` update: None (default: the candidate is one layer,
+            ``tanh(W_c [m ; r * h])``) or an int: the candidate through a ReLU layer of that
+            width first, ``tanh(W_c relu(W_u [m ; r * h]))``; the ``"mlp"`` update: the width of
+            its hidden layer (default ``2 * units``).
         num_mixtures, conditioned, include_products, graph_mode, fine_tune, dropout,
         propagation, top_k, graph_temperature, fused_normalization: as
             :class:`GlomoTransfer`'s; ``dropout`` falls on each step's messages ``m^n``.
@@ -65,7 +86,8 @@ class GraphPropagation(GlomoTransfer):
     def __init__(self, graph_predictor=None, steps=3, num_mixtures=1, conditioned=True,
                  include_products=True, graph_mode="learned", units=None, fine_tune=False,
                  dropout=0.0, propagation="auto", top_k=None, graph_temperature=None,
-                 fused_normalization=False, **kwargs):
+                 fused_normalization=False, aggregation="mean", update="gru", hidden_units=None,
+                 **kwargs):
         super().__init__(graph_predictor, num_mixtures=num_mixtures, conditioned=conditioned,
                          include_products=include_products, graph_mode=graph_mode,
                          units=units, fine_tune=fine_tune, dropout=dropout,
@@ -75,6 +97,12 @@ class GraphPropagation(GlomoTransfer):
         (self.steps,) = hparams.check_positive(steps=steps)
         if units is not None:
             hparams.check_positive(units=units)
+        hparams.check_choice("aggregation", aggregation, AGGREGATIONS)
+        self.aggregation = aggregation
+        hparams.check_choice("update", update, UPDATES)
+        self.update = update
+        self.hidden_units = (None if hidden_units is None
+                             else hparams.check_positive(hidden_units=hidden_units)[0])
 
     def build(self, input_shape):
         features_shape, graphs_shape = self._build_graphs(input_shape)
@@ -88,17 +116,36 @@ class GraphPropagation(GlomoTransfer):
             self.input_projection.build((None, None, d))
         self.mixture.build((features_shape[0], features_shape[1], units), graphs_shape)
         cell_input = units * (1 + 2 * self.num_mixtures)
+        self.gates_dense = self.hidden_dense = None
+        if self.update == "mlp":
+            self.hidden_dense = keras.layers.Dense(self.hidden_units or 2 * units,
+                                                   activation="relu", dtype=self.dtype_policy,
+                                                   name="hidden")
+            self.hidden_dense.build((None, None, cell_input))
+            self.output_dense = keras.layers.Dense(units, activation="relu",
+                                                   dtype=self.dtype_policy, name="output")
+            self.output_dense.build((None, None, self.hidden_dense.units))
+            self.built = True
+            return
         self.gates_dense = keras.layers.Dense(2 * units, dtype=self.dtype_policy, name="gates")
         self.candidate_dense = keras.layers.Dense(units, dtype=self.dtype_policy,
                                                   name="candidate")
         self.gates_dense.build((None, None, cell_input))
+        if self.hidden_units:
+            self.hidden_dense = keras.layers.Dense(self.hidden_units, activation="relu",
+                                                   dtype=self.dtype_policy, name="hidden")
+            self.hidden_dense.build((None, None, cell_input))
+            cell_input = self.hidden_units
         self.candidate_dense.build((None, None, cell_input))
         self.built = True
 
     def call(self, inputs, training=None, mask=None):
         features, graphs, padding_mask = self._features_and_graphs(inputs, training, mask)
+        if self.aggregation == "sum":
+            graphs = summed(graphs)
         features = tf.cast(features, self.compute_dtype)
         h = features if self.input_projection is None else self.input_projection(features)
+        initial = h
         keep = (None if padding_mask is None
                 else tf.cast(padding_mask, self.compute_dtype)[:, :, None])
         shape = tf.shape(h)
@@ -107,9 +154,17 @@ class GraphPropagation(GlomoTransfer):
             messages = self.mixture(h, graphs=graphs, padding_mask=padding_mask)
             messages = tf.reshape(messages, [shape[0], shape[1], width])  # [B, T, 2 m units]
             messages = self.fusion_dropout(messages, training=training)
+            if self.update == "mlp":
+                h = self.output_dense(self.hidden_dense(tf.concat([initial, messages], -1)))
+                if keep is not None:
+                    h = h * keep
+                continue
             update, reset = tf.split(
                 float32_sigmoid(self.gates_dense(tf.concat([messages, h], -1))), 2, axis=-1)
-            candidate = tf.tanh(self.candidate_dense(tf.concat([messages, reset * h], -1)))
+            candidate = tf.concat([messages, reset * h], -1)
+            if self.hidden_dense is not None:
+                candidate = self.hidden_dense(candidate)
+            candidate = tf.tanh(self.candidate_dense(candidate))
             h = (1 - update) * h + update * candidate
             if keep is not None:
                 h = h * keep
@@ -127,5 +182,21 @@ class GraphPropagation(GlomoTransfer):
 
     def get_config(self):
         config = super().get_config()
-        config["steps"] = self.steps
+        config.update(steps=self.steps, aggregation=self.aggregation, update=self.update,
+                      hidden_units=self.hidden_units)
         return config
+
+
+def summed(graphs):
+    """:class:`GraphInput` graphs with every row's weights times its number of sources (weights
+    above 0): ``M H`` then sums a row's sources where it averaged them. Dense and top-k forms;
+    uniform graphs (None) are left as they are."""
+    if graphs is None:
+        return None
+    if graphs.form not in ("dense", "top_k"):
+        raise ValueError(f"aggregation='sum' scales the graphs' rows, given dense or in the "
+                         f"top-k form; these come as {graphs.form}: feed those forms, or use "
+                         "aggregation='mean'.")
+    weights = graphs.parts[-1]
+    sources = tf.reduce_sum(tf.cast(weights > 0, weights.dtype), axis=-1, keepdims=True)
+    return GraphInput(graphs.form, (*graphs.parts[:-1], weights * sources))

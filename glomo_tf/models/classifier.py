@@ -26,8 +26,8 @@ variant                GLoMo transfer
                        -> Dropout -> Dense softmax
 ``gold_embeddings``    the data's own structure (:mod:`glomo_tf.data.gold_graphs`) as the graphs
                        at the embeddings: the ceiling ``glomo_embeddings`` climbs towards; the
-                       model takes ``[token_ids, graph_indices, graph_weights]``, the graphs in
-                       the top-k form of :func:`~glomo_tf.data.gold_graphs.gold_graph_cache`
+                       model takes ``[token_ids, graphs]``, the graphs ``[batch, 2, 1, 1, T,
+                       T]`` (:func:`~glomo_tf.data.gold_graphs.tree_graphs`)
 ``gold_rnn``           the same at the BiGRU states
 =====================  =======================================================================
 
@@ -168,7 +168,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      transfer_dropout=0.0, num_anchors=2,
                      reconstruct_length=4, predict_length=4, aux_weight=0.5, top_k=None,
                      graph_temperature=None, transfer_form="fusion", propagation_steps=3,
-                     name=None):
+                     propagation_aggregation="mean", propagation_update="gru", name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -207,11 +207,15 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         transfer_form: ``"fusion"`` (default, the paper's) or ``"propagation"`` (see the module
             docstring), for every variant that transfers graphs.
         propagation_steps: int, the steps of ``transfer_form="propagation"``.
+        propagation_aggregation: ``"mean"`` or ``"sum"``, how ``transfer_form="propagation"``
+            gathers a unit's sources (:class:`GraphPropagation`'s ``aggregation``).
+        propagation_update: ``"gru"`` or ``"mlp"``, how it updates a unit each step
+            (:class:`GraphPropagation`'s ``update``).
         name: model name; default ``"classifier_<variant>"``.
 
     Returns:
         An uncompiled ``keras.Model`` on ``token_ids`` (the gold variants: on ``[token_ids,
-        graph_indices, graph_weights]``); compile it with a sparse categorical cross-entropy.
+        graphs]``); compile it with a sparse categorical cross-entropy.
     """
     hparams.check_choice("variant", variant, VARIANTS)
     if num_classes < 2:
@@ -221,15 +225,15 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         check_graph_predictor(variant, graph_predictor, vocabulary_size)
     gold = variant in GOLD_VARIANTS
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    # The gold variants read the data's graphs (one layer, one head) in the top-k form.
-    gold_graphs = [keras.Input((2, 1, 1, None, None), dtype=dtype, name=name)
-                   for dtype, name in (("int32", "graph_indices"),
-                                       ("float32", "graph_weights"))] if gold else []
+    # The gold variants read the data's graphs (one layer, one head), dense.
+    gold_graphs = [keras.Input((2, 1, 1, None, None), name="graphs")] if gold else []
 
     def transfer(features, graph_mode, layer_name):
         learned = graph_mode == "learned" and not gold
         layer_class = GlomoTransfer if transfer_form == "fusion" else GraphPropagation
-        options = {} if transfer_form == "fusion" else {"steps": propagation_steps}
+        options = {} if transfer_form == "fusion" else {
+            "steps": propagation_steps, "aggregation": propagation_aggregation,
+            "update": propagation_update}
         layer = layer_class(graph_predictor if learned else None,
                             num_mixtures=num_mixtures, conditioned=conditioned,
                             include_products=include_products, graph_mode=graph_mode,
