@@ -20,12 +20,14 @@ Add a run to the same JSON (its earlier predictors are kept)::
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _records import read_record, write_record  # noqa: E402
 
 UD_DEV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "data", "ud_ewt", "en_ewt-ud-dev.conllu")
@@ -72,10 +74,7 @@ def render_table(record):
 
 def main(argv=None):
     args = parse_args(argv)
-    record = {"predictors": {}}
-    if args.output and os.path.exists(args.output):
-        with open(args.output, encoding="utf-8") as handle:
-            record = json.load(handle)
+    record = read_record(args.output, {"predictors": {}})
     if args.render:
         print(render_table(record))
         return 0
@@ -93,8 +92,7 @@ def main(argv=None):
             "file": os.path.relpath(args.file), "date": time.strftime("%Y-%m-%d"),
             "seconds": round(time.perf_counter() - start, 1), **result}
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
+        write_record(args.output, record)
         print(f"\nWrote {args.output}\n\n{render_table(record)}")
     return 0
 

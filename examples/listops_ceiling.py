@@ -1,0 +1,153 @@
+"""ListOps with its gold trees: the ceiling a graph can lift a classifier to, through the paper's
+single fusion and through the deep form (``GraphPropagation``), beside the plain BiGRU, the
+uniform graph and learned graphs.
+
+Data: ``examples/listops_graphs.py``'s recipe (up to 4 levels, at most 40 units), the training
+set at ``--sizes`` (12,000 or 40,000 expressions drawn from seed 0; the 12,000 are the first of
+the 40,000), and one test set of 1,000 expressions from seed 2 that appear in neither. Every row
+is a ``glomo transfer --dataset listops`` run of its own directory (``--resume``: an interrupted
+comparison continues where it stopped), with the same seeds, classifier sizes and epochs:
+
+========================  ===================================================================
+row                       variant and form
+========================  ===================================================================
+``baseline``              the plain BiGRU classifier (no graphs)
+``uniform, propagation``  the uniform graph through the deep form (no structure)
+``gold, fusion``          the gold trees at the embeddings, the paper's one gated fusion
+``gold, propagation``     the gold trees at the embeddings, ``GraphPropagation`` (sum, mlp)
+``learned, propagation``  a pretrained predictor's graphs (``--predictor``), the deep form
+========================  ===================================================================
+
+The JSON keeps each row's runs and its paired comparison with the baseline (per seed);
+:func:`render_table` makes the table of ``docs/results/where-graphs-pay.md`` from it.
+
+Run (the seeds are fixed in the command and recorded in the JSON)::
+
+    python examples/listops_ceiling.py --sizes 40000 --seeds 0 --rows baseline "gold, propagation" \\
+        --run-dir runs/listops_ceiling --output examples/outputs/listops_ceiling.json
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _records import read_record, write_record  # noqa: E402
+
+DEEP = ["--transfer-form", "propagation", "--propagation-steps", "8",
+        "--propagation-aggregation", "sum", "--propagation-update", "mlp"]
+ROWS = {
+    "baseline": (["--variants", "baseline"], "baseline"),
+    "uniform, propagation": (["--variants", "uniform"] + DEEP, "uniform"),
+    "gold, fusion": (["--variants", "gold_embeddings"], "gold_embeddings"),
+    "gold, propagation": (["--variants", "gold_embeddings"] + DEEP, "gold_embeddings"),
+    "learned, propagation": (["--variants", "glomo_embeddings"] + DEEP, "glomo_embeddings"),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[40000], choices=(12000, 40000))
+    p.add_argument("--seeds", type=int, nargs="+", required=True,
+                   help="the comparison's seeds, fixed before it runs")
+    p.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    p.add_argument("--predictor", help="'learned' rows: a predictor .keras file")
+    p.add_argument("--tokenizer", help="'learned' rows: its tokenizer directory")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--patience", type=int, default=4)
+    p.add_argument("--units", type=int, default=64, help="embedding and GRU width")
+    p.add_argument("--run-dir", default="runs/listops_ceiling")
+    p.add_argument("--output", help="the JSON to write (rows already in it are kept)")
+    p.add_argument("--render", action="store_true", help="print --output's table and stop")
+    return p.parse_args(argv)
+
+
+def make_data(data_dir):
+    """``train40000.tsv`` (its first 12,000 lines are the 12,000 set) and ``test.tsv``, once."""
+    from glomo_tf.data.listops import generate_listops, write_listops
+
+    paths = {size: os.path.join(data_dir, f"train{size}.tsv") for size in (12000, 40000)}
+    paths["test"] = os.path.join(data_dir, "test.tsv")
+    if all(os.path.exists(p) for p in paths.values()):
+        return paths
+    os.makedirs(data_dir, exist_ok=True)
+    shape = dict(max_depth=4, max_length=40)
+    train = generate_listops(40000, seed=0, **shape)
+    seen = {e.expression for e in train}
+    test = [e for e in generate_listops(2000, seed=2, **shape) if e.expression not in seen]
+    write_listops(paths[40000], train)
+    write_listops(paths[12000], train[:12000])
+    write_listops(paths["test"], test[:1000])
+    return paths
+
+
+def row_key(size, row):
+    return f"{size} | {row}"
+
+
+def render_table(record):
+    """The Markdown table of a JSON written by this script: a row per (size, row)."""
+    lines = ["| training expressions | graphs, form | seeds | test accuracy | - baseline |",
+             "|---:|---|---:|---:|---:|"]
+    for entry in record["rows"].values():
+        accuracies = [100 * a for a in entry["accuracy_by_seed"].values()]
+        mean = sum(accuracies) / len(accuracies)
+        paired = entry.get("paired_with_baseline")
+        if paired:
+            seeds = paired["seeds"]
+            versus = (f"{100 * paired['mean_difference']:+.2f} ({paired['wins']} / "
+                      f"{paired['losses']}" + (f", p {paired['p']:.2g})" if seeds > 1 else ")"))
+        else:
+            versus = "-"
+        lines.append(f"| {entry['size']:,} | {entry['row']} | {len(accuracies)} | {mean:.1f} | "
+                     f"{versus} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    record = read_record(args.output, {"rows": {}})
+    if args.render:
+        print(render_table(record))
+        return 0
+    if "learned, propagation" in args.rows and not (args.predictor and args.tokenizer):
+        raise SystemExit("the row 'learned, propagation' needs --predictor and --tokenizer")
+    from glomo_tf import cli, evaluation
+
+    paths = make_data(os.path.join(args.run_dir, "data"))
+    for size in args.sizes:
+        results = {}
+        for row in ["baseline"] + [r for r in args.rows if r != "baseline"]:
+            flags, variant = ROWS[row]
+            out = os.path.join(args.run_dir, str(size), row.replace(", ", "_"))
+            pretrained = (["--model", args.predictor, "--tokenizer", args.tokenizer]
+                          if variant.startswith("glomo") else [])
+            argv_row = ["transfer", "--dataset", "listops", "--file", paths[size], "--test-file",
+                        paths["test"], *flags, *pretrained, "--seeds", *map(str, args.seeds),
+                        "--embedding-dim", str(args.units), "--rnn-units", str(args.units),
+                        "--epochs", str(args.epochs), "--patience", str(args.patience),
+                        "--output-dir", out, "--resume", "--verbose", "2"]
+            if cli.main(argv_row) != 0:
+                raise SystemExit(f"row {row!r} failed: glomo {' '.join(argv_row)}")
+            with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:
+                runs = json.load(handle)["runs"]
+            results[row] = evaluation.per_seed_accuracy(runs, variant)
+            entry = {"size": size, "row": row, "variant": variant,
+                     "command": "glomo " + " ".join(argv_row),
+                     "seeds": sorted(results[row]),
+                     "accuracy_by_seed": {str(s): a for s, a in sorted(results[row].items())}}
+            if row != "baseline":
+                entry["paired_with_baseline"] = evaluation.paired_comparison(
+                    results[row], results["baseline"])
+            record["rows"][row_key(size, row)] = entry
+            if args.output:
+                write_record(args.output, record)
+    print(render_table(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
