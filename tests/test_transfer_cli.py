@@ -369,24 +369,26 @@ def test_init_embeddings_start_every_variant_from_the_predictors_table(task, cap
 
 def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
     """The gold variants read each expression's tree; ``--transfer-form propagation`` puts a
-    GraphPropagation where the fusion was; both land in results.json beside the baseline."""
+    GraphPropagation where the fusion was; the runs land in results.json beside the baseline."""
     from glomo_tf.data.listops import generate_listops, write_listops
 
     path = tmp_path / "listops.tsv"
     write_listops(str(path), generate_listops(120, seed=0, max_depth=3, max_length=24))
-    for form in ("fusion", "propagation"):
+    for form, variants, layer_class in (
+            ("fusion", ["gold_rnn"], "GlomoTransfer"),
+            ("propagation", ["baseline", "gold_embeddings"], "GraphPropagation")):
         out = tmp_path / form
         assert cli.main(["transfer", "--dataset", "listops", "--file", str(path), "--variants",
-                         "baseline", "gold_rnn", "gold_embeddings", "--seeds", "0", "--epochs",
-                         "1", "--embedding-dim", "8", "--rnn-units", "4", "--attention-heads",
-                         "2", "--transfer-form", form, "--propagation-steps", "2",
-                         "--output-dir", str(out), "--save-models", "--verbose", "0"]) == 0
+                         *variants, "--seeds", "0", "--epochs", "1", "--embedding-dim", "8",
+                         "--rnn-units", "4", "--attention-heads", "2", "--transfer-form", form,
+                         "--propagation-steps", "2", "--propagation-aggregation", "sum",
+                         "--propagation-update", "mlp", "--output-dir", str(out),
+                         "--save-models", "--verbose", "0"]) == 0
         result = json.loads((out / "results.json").read_text())
         assert result["config"]["transfer_form"] == form
-        assert {r["variant"] for r in result["runs"]} == {"baseline", "gold_rnn",
-                                                         "gold_embeddings"}
-        saved = keras.saving.load_model(str(out / "models" / "gold_rnn-seed0.keras"))
-        layer = saved.get_layer("gold_rnn")
-        assert type(layer).__name__ == ("GlomoTransfer" if form == "fusion"
-                                        else "GraphPropagation")
-        assert len(saved.inputs) == 2
+        assert [r["variant"] for r in result["runs"]] == variants
+        saved = keras.saving.load_model(str(out / "models" / f"{variants[-1]}-seed0.keras"))
+        layer = saved.get_layer(variants[-1])
+        assert type(layer).__name__ == layer_class and len(saved.inputs) == 2
+        if form == "propagation":
+            assert (layer.steps, layer.aggregation, layer.update) == (2, "sum", "mlp")
