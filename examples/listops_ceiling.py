@@ -129,7 +129,7 @@ def main(argv=None):
                         paths["test"], *flags, *pretrained, "--seeds", *map(str, args.seeds),
                         "--embedding-dim", str(args.units), "--rnn-units", str(args.units),
                         "--epochs", str(args.epochs), "--patience", str(args.patience),
-                        "--output-dir", out, "--resume", "--verbose", "2"]
+                        "--output-dir", out, "--resume", "--save-models", "--verbose", "2"]
             if cli.main(argv_row) != 0:
                 raise SystemExit(f"row {row!r} failed: glomo {' '.join(argv_row)}")
             with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:

@@ -167,7 +167,7 @@ def save_models(args, output_dir, run_dir, test_path):
 
 def evaluate(argv):
     """``evaluate --model M.keras --tokenizer DIR --file F``: a saved classifier's accuracy on a
-    ListOps file in the original format."""
+    ListOps file in the original format (a gold variant's is given each expression's tree)."""
     parser = argparse.ArgumentParser(description=evaluate.__doc__.split("\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokenizer", required=True)
@@ -183,9 +183,19 @@ def evaluate(argv):
 
     examples = read_listops(args.file)
     tokenizer = Tokenizer.load(args.tokenizer)
-    ids = encode(tokenizer, [" ".join(e.tokens) for e in examples], args.max_length)
+    texts = [" ".join(e.tokens) for e in examples]
+    ids = encode(tokenizer, texts, args.max_length)
     model = keras.models.load_model(args.model)
-    predicted = np.argmax(model.predict(ids, batch_size=256, verbose=0), axis=-1)
+    if len(model.inputs) == 2:  # a gold variant: the expressions' own trees as its graphs
+        from glomo_tf.data.graph_cache import cached_inference_batches
+        from glomo_tf.experiments.transfer import gold_graphs
+
+        data, order = cached_inference_batches(ids, np.zeros(len(ids), "int64"), 256,
+                                               gold_graphs(texts, ids), dense=True)
+        predicted = np.empty(len(ids), np.int64)
+        predicted[order] = np.argmax(model.predict(data, verbose=0), axis=-1)
+    else:
+        predicted = np.argmax(model.predict(ids, batch_size=256, verbose=0), axis=-1)
     labels = np.array([e.label for e in examples])
     result = {"model": args.model, "file": args.file, "examples": len(examples),
               "accuracy": round(float(np.mean(predicted == labels)), 4)}

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 
+from _examples import load_example
 from _run_dirs import pretrained_run
 from glomo_tf import cli, evaluation
 from glomo_tf.evaluation import paired_t, summarize
@@ -372,14 +373,15 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
     GraphPropagation where the fusion was; the runs land in results.json beside the baseline."""
     from glomo_tf.data.listops import generate_listops, write_listops
 
-    path = tmp_path / "listops.tsv"
+    path, test_path = tmp_path / "listops.tsv", tmp_path / "test.tsv"
     write_listops(str(path), generate_listops(120, seed=0, max_depth=3, max_length=24))
+    write_listops(str(test_path), generate_listops(40, seed=5, max_depth=3, max_length=24))
     for form, variants, layer_class in (
             ("fusion", ["gold_rnn"], "GlomoTransfer"),
             ("propagation", ["baseline", "gold_embeddings"], "GraphPropagation")):
         out = tmp_path / form
-        assert cli.main(["transfer", "--dataset", "listops", "--file", str(path), "--variants",
-                         *variants, "--seeds", "0", "--epochs", "1", "--embedding-dim", "8",
+        assert cli.main(["transfer", "--dataset", "listops", "--file", str(path), "--test-file",
+                         str(test_path), "--variants", *variants, "--seeds", "0", "--epochs", "1", "--embedding-dim", "8",
                          "--rnn-units", "4", "--attention-heads", "2", "--transfer-form", form,
                          "--propagation-steps", "2", "--propagation-aggregation", "sum",
                          "--propagation-update", "mlp", "--output-dir", str(out),
@@ -392,3 +394,8 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
         assert type(layer).__name__ == layer_class and len(saved.inputs) == 2
         if form == "propagation":
             assert (layer.steps, layer.aggregation, layer.update) == (2, "sum", "mlp")
+        # The saved model and its split's tokenizer give the recorded test accuracy again.
+        evaluated = load_example("listops_graphs").evaluate([
+            "--model", str(out / "models" / f"{variants[-1]}-seed0.keras"), "--tokenizer",
+            str(out / "models" / "tokenizer-seed0"), "--file", str(test_path)])
+        assert evaluated["accuracy"] == round(result["runs"][-1]["accuracy"], 4)

@@ -568,7 +568,8 @@ def _run_transfer(config, record):
                 print(f"   test accuracy {100 * accuracy:.2f} after {epochs_run} epoch(s), "
                       f"{seconds:.1f}s")
                 if config.save_models:
-                    _save_model(model, config.output_dir, variant, seed, fold)
+                    _save_model(model, config.output_dir, variant, seed, fold,
+                                None if tokenizer else split_tokenizer)
                 runs.append({"dataset": config.dataset, "variant": variant, "seed": seed,
                              "fold": fold, "accuracy": accuracy, "epochs_run": epochs_run,
                              "seconds": round(seconds, 3), "train_examples": int(len(train)),
@@ -863,12 +864,17 @@ def previous_runs(config, saved_config):
     return runs
 
 
-def _save_model(model, output_dir, variant, seed, fold):
-    """Saves a trained model as ``output_dir/models/<variant>-seed<seed>[-fold<k>].keras``."""
+def _save_model(model, output_dir, variant, seed, fold, tokenizer=None):
+    """Saves a trained model as ``output_dir/models/<variant>-seed<seed>[-fold<k>].keras``; with
+    a ``tokenizer`` (a run without a pretrained one builds its own from each split's training
+    texts), that too, as ``models/tokenizer-seed<seed>[-fold<k>]/``, to encode new texts as the
+    model read them."""
     directory = os.path.join(output_dir, "models")
     os.makedirs(directory, exist_ok=True)
-    name = f"{variant}-seed{seed}" + ("" if fold is None else f"-fold{fold + 1}")
-    model.save(os.path.join(directory, name + ".keras"))
+    split = f"seed{seed}" + ("" if fold is None else f"-fold{fold + 1}")
+    model.save(os.path.join(directory, f"{variant}-{split}.keras"))
+    if tokenizer is not None:
+        tokenizer.save(os.path.join(directory, f"tokenizer-{split}"))
 
 
 def _encoded(split, tokenizer, max_length):
