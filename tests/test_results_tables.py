@@ -28,6 +28,8 @@ def recorded(name):
 
 @pytest.mark.parametrize("page, marker, example, output", [
     ("docs/results/where-graphs-pay.md", "ud heads table", "ud_heads", "ud_heads.json"),
+    ("docs/results/where-graphs-pay.md", "listops ceiling table", "listops_ceiling",
+     "listops_ceiling.json"),
 ])
 def test_the_table_is_its_json_rendered(page, marker, example, output):
     assert table_under(page, marker) == load_example(example).render_table(recorded(output))
@@ -42,3 +44,17 @@ def test_the_ud_heads_json_holds_the_whole_yardstick():
         assert len(result["heads_averaged"]) == layers and heads >= 1
         assert result["chance"] < result["adjacent"] <= result["best_offset_rule"]["share"]
         assert result["command"].startswith("python examples/ud_heads.py")
+
+
+def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed():
+    rows = recorded("listops_ceiling.json")["rows"]
+    for entry in rows.values():
+        if entry["row"] == "baseline":
+            continue
+        baseline = rows[f"{entry['size']} | baseline"]["accuracy_by_seed"]
+        paired = entry["paired_with_baseline"]
+        shared = sorted(set(entry["accuracy_by_seed"]) & set(baseline))
+        assert paired["seeds"] == len(shared)
+        assert abs(paired["mean_difference"] - sum(entry["accuracy_by_seed"][s] - baseline[s]
+                                                   for s in shared) / len(shared)) < 1e-12
+        assert "--seeds" in entry["command"]
