@@ -262,6 +262,8 @@ def dependency_agreement(graphs, sentences, min_relation_words=100):
     Raises:
         ValueError: one graph per sentence is needed, of ``[2, L, K, n, n]``; no word to count.
     """
+    from glomo_tf.data.listops import head_shares
+
     if len(graphs) != len(sentences):
         raise ValueError(f"dependency_agreement needs one graph per sentence: {len(graphs)} "
                          f"graphs, {len(sentences)} sentences.")
@@ -301,7 +303,6 @@ def dependency_agreement(graphs, sentences, min_relation_words=100):
     per_head = hits.mean(axis=0)
     heads_averaged = averaged_hits.mean(axis=0)
     layer, head = np.unravel_index(int(np.argmax(per_head)), per_head.shape)
-    best_layer = int(np.argmax(heads_averaged))
     rules, best = {}, {}
     for name, side in (("forward", forward), ("backward", ~forward)):
         counts = np.bincount(offsets[side], minlength=2)
@@ -319,12 +320,7 @@ def dependency_agreement(graphs, sentences, min_relation_words=100):
     return {
         "words": int(len(items)), "left_out": int(left_out),
         "forward_share": float(forward.mean()),
-        "per_head": per_head.tolist(),
-        "best_head": {"layer": int(layer) + 1, "head": int(head) + 1,
-                      "share": float(per_head[layer, head])},
-        "heads_averaged": heads_averaged.tolist(),
-        "best_heads_averaged": {"layer": best_layer + 1,
-                                "share": float(heads_averaged[best_layer])},
+        **head_shares(per_head, heads_averaged),
         "offset_rules": rules,
         "best_offset_rule": {"forward": int(best["forward"]), "backward": int(best["backward"]),
                              "share": float(rule_hits.mean())},

@@ -349,17 +349,25 @@ def parent_agreement(forward_graphs, lengths, token_lists, max_offset=None):
         raise ValueError(f"max_offset must be at least 1, got {max_offset}.")
     offset_rules = {k: float(np.mean(offsets == k)) for k in range(1, max_offset + 1)}
     best_k = max(offset_rules, key=lambda k: (offset_rules[k], -k))
-    layer, head = np.unravel_index(int(np.argmax(per_head)), per_head.shape)
-    best_layer = int(np.argmax(heads_averaged))
     return {
         "units": int(units),
-        "per_head": per_head.tolist(),
-        "best_head": {"layer": int(layer) + 1, "head": int(head) + 1,
-                      "share": float(per_head[layer, head])},
-        "heads_averaged": heads_averaged.tolist(),
-        "best_heads_averaged": {"layer": best_layer + 1,
-                                "share": float(heads_averaged[best_layer])},
+        **head_shares(per_head, heads_averaged),
         "offset_rules": offset_rules,
         "best_offset": {"offset": int(best_k), "share": offset_rules[best_k]},
         "chance": float(np.mean(1.0 / np.concatenate(receivers_all))),
     }
+
+
+def head_shares(per_head, heads_averaged):
+    """``{"per_head", "best_head", "heads_averaged", "best_heads_averaged"}`` of agreeing shares
+    ``per_head [L, K]`` and ``heads_averaged [L]``: the best head and layer numbered from 1, the
+    first on ties."""
+    per_head, heads_averaged = np.asarray(per_head), np.asarray(heads_averaged)
+    layer, head = np.unravel_index(int(np.argmax(per_head)), per_head.shape)
+    best_layer = int(np.argmax(heads_averaged))
+    return {"per_head": per_head.tolist(),
+            "best_head": {"layer": int(layer) + 1, "head": int(head) + 1,
+                          "share": float(per_head[layer, head])},
+            "heads_averaged": heads_averaged.tolist(),
+            "best_heads_averaged": {"layer": best_layer + 1,
+                                    "share": float(heads_averaged[best_layer])}}
