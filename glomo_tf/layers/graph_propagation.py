@@ -52,9 +52,16 @@ class GraphPropagation(GlomoTransfer):
             ``tanh(W_c [m ; r * h])``) or an int: the candidate through a ReLU layer of that
             width first, ``tanh(W_c relu(W_u [m ; r * h]))``; the ``"mlp"`` update: the width of
             its hidden layer (default ``2 * units``).
-        num_mixtures, conditioned, include_products, graph_mode, fine_tune, dropout,
-        propagation, top_k, graph_temperature, fused_normalization: as
-            :class:`GlomoTransfer`'s; ``dropout`` falls on each step's messages ``m^n``.
+        num_mixtures: as :class:`GlomoTransfer`'s.
+        conditioned: as :class:`GlomoTransfer`'s.
+        include_products: as :class:`GlomoTransfer`'s.
+        graph_mode: as :class:`GlomoTransfer`'s.
+        fine_tune: as :class:`GlomoTransfer`'s.
+        dropout: float, dropout on each step's messages ``m^n``.
+        propagation: as :class:`GlomoTransfer`'s.
+        top_k: as :class:`GlomoTransfer`'s.
+        graph_temperature: as :class:`GlomoTransfer`'s.
+        fused_normalization: as :class:`GlomoTransfer`'s.
 
     Call arguments:
         inputs: as :class:`GlomoTransfer`'s: ``[features, token_ids]``, ``[features, graphs]``
