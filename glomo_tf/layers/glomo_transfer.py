@@ -173,7 +173,7 @@ class GlomoTransfer(keras.layers.Layer):
         d = features_shape[-1]
         self._features_dim = d
         self.mixture.build(tuple(features_shape), graphs_shape)
-        units = self.units or d * max(1, self.num_mixtures // 2)
+        units = self.units or self._default_units(d)
         self._units = units
         fused_dim = d * (1 + 2 * self.num_mixtures)
         self.value_dense = keras.layers.Dense(units, dtype=self.dtype_policy, name="value")
@@ -289,8 +289,12 @@ class GlomoTransfer(keras.layers.Layer):
         if features_shape is None:
             features_shape = (ids_shape[0], ids_shape[1], self.graph_predictor.hidden_dim)
         d = features_shape[-1]
-        units = self.units or d * max(1, self.num_mixtures // 2)
-        return (features_shape[0], features_shape[1], d + units)
+        return (features_shape[0], features_shape[1], d + (self.units or self._default_units(d)))
+
+    def _default_units(self, features_dim):
+        """The output's added width when ``units`` is None: ``d * max(1, num_mixtures // 2)``
+        (reference code)."""
+        return features_dim * max(1, self.num_mixtures // 2)
 
     def get_config(self):
         config = super().get_config()

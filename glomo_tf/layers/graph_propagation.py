@@ -115,7 +115,7 @@ class GraphPropagation(GlomoTransfer):
         features_shape, graphs_shape = self._build_graphs(input_shape)
         d = features_shape[-1]
         self._features_dim = d
-        self._units = units = self.units or d
+        self._units = units = self.units or self._default_units(d)
         self.input_projection = None
         if units != d:
             self.input_projection = keras.layers.Dense(units, dtype=self.dtype_policy,
@@ -180,12 +180,9 @@ class GraphPropagation(GlomoTransfer):
             output = output * keep
         return output
 
-    def compute_output_shape(self, input_shape):
-        features_shape, ids_shape, _ = self._split_inputs(input_shape)
-        if features_shape is None:
-            features_shape = (ids_shape[0], ids_shape[1], self.graph_predictor.hidden_dim)
-        d = features_shape[-1]
-        return (features_shape[0], features_shape[1], d + (self.units or d))
+    def _default_units(self, features_dim):
+        """The states' width when ``units`` is None: the features' own."""
+        return features_dim
 
     def get_config(self):
         config = super().get_config()
