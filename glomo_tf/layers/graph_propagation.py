@@ -52,16 +52,12 @@ class GraphPropagation(GlomoTransfer):
             ``tanh(W_c [m ; r * h])``) or an int: the candidate through a ReLU layer of that
             width first, ``tanh(W_c relu(W_u [m ; r * h]))``; the ``"mlp"`` update: the width of
             its hidden layer (default ``2 * units``).
-        num_mixtures: as :class:`GlomoTransfer`'s.
-        conditioned: as :class:`GlomoTransfer`'s.
-        include_products: as :class:`GlomoTransfer`'s.
-        graph_mode: as :class:`GlomoTransfer`'s.
-        fine_tune: as :class:`GlomoTransfer`'s.
         dropout: float, dropout on each step's messages ``m^n``.
-        propagation: as :class:`GlomoTransfer`'s.
-        top_k: as :class:`GlomoTransfer`'s.
-        graph_temperature: as :class:`GlomoTransfer`'s.
-        fused_normalization: as :class:`GlomoTransfer`'s.
+        **kwargs: :class:`GlomoTransfer`'s other arguments, which say where the graphs come
+            from and how they are mixed: ``num_mixtures``, ``conditioned``,
+            ``include_products``, ``graph_mode``, ``fine_tune``, ``top_k``,
+            ``graph_temperature``, ``propagation``, ``fused_normalization``; and a layer's
+            ``name``, ``dtype``.
 
     Call arguments:
         inputs: as :class:`GlomoTransfer`'s: ``[features, token_ids]``, ``[features, graphs]``
@@ -90,17 +86,9 @@ class GraphPropagation(GlomoTransfer):
         Section 2.2 (the mixtures).
     """
 
-    def __init__(self, graph_predictor=None, steps=3, num_mixtures=1, conditioned=True,
-                 include_products=True, graph_mode="learned", units=None, fine_tune=False,
-                 dropout=0.0, propagation="auto", top_k=None, graph_temperature=None,
-                 fused_normalization=False, aggregation="mean", update="gru", hidden_units=None,
-                 **kwargs):
-        super().__init__(graph_predictor, num_mixtures=num_mixtures, conditioned=conditioned,
-                         include_products=include_products, graph_mode=graph_mode,
-                         units=units, fine_tune=fine_tune, dropout=dropout,
-                         propagation=propagation, top_k=top_k,
-                         graph_temperature=graph_temperature,
-                         fused_normalization=fused_normalization, **kwargs)
+    def __init__(self, graph_predictor=None, steps=3, units=None, aggregation="mean",
+                 update="gru", hidden_units=None, dropout=0.0, **kwargs):
+        super().__init__(graph_predictor, units=units, dropout=dropout, **kwargs)
         (self.steps,) = hparams.check_positive(steps=steps)
         if units is not None:
             hparams.check_positive(units=units)
