@@ -88,6 +88,31 @@ def test_pair_classifier_variants_build_save_and_refuse_others(tmp_path):
         build_pair_classifier(50, 3, "glomo_rnn")
 
 
+@pytest.mark.parametrize("variant", ["uniform", "uniform_rnn"])
+def test_pair_classifier_propagation_form_puts_graph_propagation_where_the_variant_says(
+        tmp_path, variant):
+    import keras
+
+    from glomo_tf.layers import GlomoTransfer, GraphPropagation
+
+    first, second = np.array([[3, 4, 5, 0]], "int32"), np.array([[6, 7, 0]], "int32")
+    model = build_pair_classifier(50, 3, variant, embedding_dim=8, rnn_units=4,
+                                  transfer_form="propagation", propagation_steps=2,
+                                  propagation_aggregation="sum", propagation_update="mlp")
+    transfer = [layer for layer in model.layers if isinstance(layer, GlomoTransfer)]
+    assert len(transfer) == 1 and isinstance(transfer[0], GraphPropagation)
+    assert (transfer[0].steps, transfer[0].aggregation, transfer[0].update) == (2, "sum", "mlp")
+    # It adds states as wide as what it reads: the embeddings (8) or the BiGRU's (2 x 4).
+    assert transfer[0].compute_output_shape(((None, None, 8), (None, None)))[-1] == 16
+    out = model([first, second]).numpy()
+    assert out.shape == (1, 3) and out.sum() == pytest.approx(1.0, abs=1e-5)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(loaded([first, second]), out, atol=1e-6)
+    fusion = build_pair_classifier(50, 3, variant, embedding_dim=8, rnn_units=4)
+    assert not any(isinstance(layer, GraphPropagation) for layer in fusion.layers)
+
+
 def test_pair_batches_cut_each_side_and_map_back():
     first = np.array([[1, 2, 0, 0], [3, 0, 0, 0], [4, 5, 6, 7], [8, 9, 0, 0]], "int32")
     second = np.array([[1, 0, 0], [2, 3, 4], [5, 0, 0], [6, 7, 0]], "int32")
@@ -234,6 +259,28 @@ def test_each_pair_dataset_runs_end_to_end_from_its_files(tmp_path, capsys, data
         assert {k: r[k] for k in expected} == expected
         assert ("f1" in r) == (dataset == "mrpc")
         assert ("test_hard_accuracy" in r) == (dataset == "snli")
+
+
+def test_sick_through_the_propagation_form_from_the_command_line(tmp_path):
+    """``--transfer-form propagation`` reaches the pair classifier: the saved model's transfer
+    layer is a GraphPropagation with the flags' steps, aggregation and update."""
+    import keras
+
+    from glomo_tf.layers import GraphPropagation
+
+    data = tmp_path / "sick"
+    data.mkdir()
+    write_dataset_files(data, "sick")
+    out = tmp_path / "out"
+    assert cli.main(["transfer", "--dataset", "sick", "--data-dir", str(data), "--variants",
+                     "uniform_rnn", "--seeds", "0", "--epochs", "1", "--transfer-form",
+                     "propagation", "--propagation-steps", "2", "--propagation-aggregation",
+                     "sum", "--save-models", "--output-dir", str(out), *TINY]) == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["config"]["transfer_form"] == "propagation"
+    model = keras.models.load_model(out / "models" / "uniform_rnn-seed0.keras")
+    (layer,) = [layer for layer in model.layers if isinstance(layer, GraphPropagation)]
+    assert (layer.steps, layer.aggregation, layer.update) == (2, "sum", "gru")
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -257,6 +257,8 @@ def test_paired_comparison_numbers():
     (["--dataset", "mr", "--variants", "gold_rnn"], "only --dataset listops carries"),
     (["--dataset", "mr", "--variants", "baseline", "--propagation-steps", "0"],
      "--propagation-steps must be >= 1"),
+    (["--dataset", "squad", "--variants", "baseline", "--transfer-form", "propagation"],
+     "reading comprehension transfers graphs through the fusion"),
 ])
 def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys, argv, fragment):
     assert cli.main(["transfer", *argv, "--output-dir", str(tmp_path / "o")]) == 2

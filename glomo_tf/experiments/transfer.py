@@ -235,6 +235,10 @@ class TransferConfig:
         if c.transfer_form not in hparams.TRANSFER_FORMS:
             raise ValueError(f"`transfer_form` must be one of "
                              f"{', '.join(hparams.TRANSFER_FORMS)}, got {c.transfer_form!r}.")
+        if c.transfer_form != "fusion" and c.dataset in READING_DATASETS:
+            raise ValueError(f"`transfer_form` {c.transfer_form} is for classification and "
+                             "sentence pairs; reading comprehension transfers graphs through "
+                             "the fusion: leave `transfer_form` out.")
         for name in ("max_length", "epochs", "batch_size", "embedding_dim", "rnn_units",
                      "attention_heads", "num_mixtures", "propagation_steps"):
             if getattr(c, name) < 1:
@@ -786,7 +790,10 @@ def _run_pair_transfer(config, record):
                 graph_predictor=predictor, embedding_dim=config.embedding_dim,
                 rnn_units=config.rnn_units, dropout=config.dropout,
                 num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
-                top_k=config.top_k, graph_temperature=config.graph_temperature)
+                top_k=config.top_k, graph_temperature=config.graph_temperature,
+                transfer_form=config.transfer_form, propagation_steps=config.propagation_steps,
+                propagation_aggregation=config.propagation_aggregation,
+                propagation_update=config.propagation_update)
             initial_embeddings(model, predictor, config)
             start = time.perf_counter()
             predictions, epochs_run = train_and_evaluate_pairs(

@@ -230,16 +230,13 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
 
     def transfer(features, graph_mode, layer_name):
         learned = graph_mode == "learned" and not gold
-        layer_class = GlomoTransfer if transfer_form == "fusion" else GraphPropagation
-        options = {} if transfer_form == "fusion" else {
-            "steps": propagation_steps, "aggregation": propagation_aggregation,
-            "update": propagation_update}
-        layer = layer_class(graph_predictor if learned else None,
-                            num_mixtures=num_mixtures, conditioned=conditioned,
-                            include_products=include_products, graph_mode=graph_mode,
-                            dropout=transfer_dropout, top_k=top_k if learned else None,
-                            graph_temperature=graph_temperature if learned else None,
-                            name=layer_name, **options)
+        layer = transfer_layer(graph_predictor if learned else None, transfer_form,
+                               propagation_steps, propagation_aggregation, propagation_update,
+                               num_mixtures=num_mixtures, conditioned=conditioned,
+                               include_products=include_products, graph_mode=graph_mode,
+                               dropout=transfer_dropout, top_k=top_k if learned else None,
+                               graph_temperature=graph_temperature if learned else None,
+                               name=layer_name)
         return layer([features, *(gold_graphs or [token_ids])])
 
     h = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
@@ -281,6 +278,19 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     pooled = MaskedMeanMaxPooling(name="mean_max_pooling")([h, token_ids])
     return _classification_head(pooled, num_classes, dropout, [token_ids, *gold_graphs],
                                 name or f"classifier_{variant}")
+
+
+def transfer_layer(graph_predictor, transfer_form="fusion", propagation_steps=3,
+                   propagation_aggregation="mean", propagation_update="gru", **options):
+    """The layer a classifier transfers graphs with: :class:`GlomoTransfer` (``transfer_form=
+    "fusion"``, the paper's one gated fusion) or :class:`GraphPropagation` (``"propagation"``,
+    with its steps, aggregation and update); ``options`` are :class:`GlomoTransfer`'s."""
+    hparams.check_choice("transfer_form", transfer_form, hparams.TRANSFER_FORMS)
+    if transfer_form == "fusion":
+        return GlomoTransfer(graph_predictor, **options)
+    return GraphPropagation(graph_predictor, steps=propagation_steps,
+                            aggregation=propagation_aggregation, update=propagation_update,
+                            **options)
 
 
 def check_graph_predictor(variant, graph_predictor, vocabulary_size):

@@ -29,9 +29,8 @@ TensorShape([1, 3])
 import keras
 import tensorflow as tf
 
-from glomo_tf.layers.glomo_transfer import GlomoTransfer
 from glomo_tf.models.classifier import (PREDICTOR_VARIANTS, MaskedMeanMaxPooling,
-                                        check_graph_predictor)
+                                        check_graph_predictor, transfer_layer)
 
 PAIR_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform", "uniform_rnn")
 
@@ -74,22 +73,26 @@ class SoftAlignment(keras.layers.Layer):
 
 
 def shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim, rnn_units,
-                        dropout, num_mixtures, transfer_dropout, top_k, graph_temperature):
+                        dropout, num_mixtures, transfer_dropout, top_k, graph_temperature,
+                        form=None):
     """The encoder both texts of a pair model share (this module's classifier and
     :func:`glomo_tf.models.build_reader`): ``encode(ids, graphs=None)``, ids -> Embedding ->
     [GlomoTransfer] -> Dropout -> BiGRU -> [GlomoTransfer] as ``variant`` places it, one set of
     layers for every call. ``graphs``: the text's graphs given as an input (dense) instead of
-    computed from ``ids`` by the predictor."""
+    computed from ``ids`` by the predictor. ``form``: None (the paper's fusion) or a dict of
+    :func:`~glomo_tf.models.classifier.transfer_layer`'s ``transfer_form`` and
+    ``propagation_*`` arguments."""
     learned = variant in PREDICTOR_VARIANTS
     if learned:
         check_graph_predictor(variant, graph_predictor, vocabulary_size)
     transfer = None
     if variant != "baseline":
-        transfer = GlomoTransfer(graph_predictor if learned else None, num_mixtures=num_mixtures,
-                                 graph_mode="learned" if learned else "uniform",
-                                 dropout=transfer_dropout, top_k=top_k if learned else None,
-                                 graph_temperature=graph_temperature if learned else None,
-                                 name=variant if learned else "uniform_graphs")
+        transfer = transfer_layer(graph_predictor if learned else None, **(form or {}),
+                                  num_mixtures=num_mixtures,
+                                  graph_mode="learned" if learned else "uniform",
+                                  dropout=transfer_dropout, top_k=top_k if learned else None,
+                                  graph_temperature=graph_temperature if learned else None,
+                                  name=variant if learned else "uniform_graphs")
     embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
                                        name="embedding")
     embedding_dropout = keras.layers.Dropout(dropout, name="embedding_dropout")
@@ -112,7 +115,8 @@ def shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim
 def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", graph_predictor=None,
                           embedding_dim=128, rnn_units=128, dropout=0.3, num_mixtures=2,
                           transfer_dropout=0.0, top_k=None, graph_temperature=None,
-                          name=None):
+                          transfer_form="fusion", propagation_steps=3,
+                          propagation_aggregation="mean", propagation_update="gru", name=None):
     """A pair classifier ``[first ids [batch, Ta], second ids [batch, Tb]] -> class probabilities``.
 
     Args:
@@ -130,6 +134,11 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         transfer_dropout: the :class:`GlomoTransfer` layers' setting.
         top_k: the :class:`GlomoTransfer` layers' setting.
         graph_temperature: the :class:`GlomoTransfer` layers' setting.
+        transfer_form: ``"fusion"`` (default, the paper's) or ``"propagation"``
+            (:class:`GraphPropagation`), as :func:`~glomo_tf.models.build_classifier`'s.
+        propagation_steps: :class:`GraphPropagation`'s ``steps``.
+        propagation_aggregation: :class:`GraphPropagation`'s ``aggregation``.
+        propagation_update: :class:`GraphPropagation`'s ``update``.
         name: model name; default ``"pair_classifier_<variant>"``.
 
     Returns:
@@ -142,7 +151,11 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
     encode = shared_text_encoder(vocabulary_size, variant, graph_predictor, embedding_dim,
                                  rnn_units, dropout, num_mixtures, transfer_dropout, top_k,
-                                 graph_temperature)
+                                 graph_temperature,
+                                 form=dict(transfer_form=transfer_form,
+                                           propagation_steps=propagation_steps,
+                                           propagation_aggregation=propagation_aggregation,
+                                           propagation_update=propagation_update))
     projection = keras.layers.Dense(rnn_units, activation="relu", name="projection")
     projection_dropout = keras.layers.Dropout(dropout, name="projection_dropout")
     composition = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),
