@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from _examples import load_example
+
 from _run_dirs import pretrained_run
 from glomo_tf import cli
 from glomo_tf.data.batching import pair_sorted_batches, pair_training_batches
@@ -278,6 +280,10 @@ def test_sick_through_the_propagation_form_from_the_command_line(tmp_path):
                      "sum", "--save-models", "--output-dir", str(out), *TINY]) == 0
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["config"]["transfer_form"] == "propagation"
+    # results.json holds what results.md shows: examples/render_outputs.py renders it equal.
+    assert results["split_description"] == "official train/dev/test split"
+    assert load_example("render_outputs").render_results(results) == (
+        out / "results.md").read_text(encoding="utf-8")
     model = keras.models.load_model(out / "models" / "uniform_rnn-seed0.keras")
     (layer,) = [layer for layer in model.layers if isinstance(layer, GraphPropagation)]
     assert (layer.steps, layer.aggregation, layer.update) == (2, "sum", "gru")

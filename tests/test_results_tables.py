@@ -58,3 +58,27 @@ def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed():
         assert abs(paired["mean_difference"] - sum(entry["accuracy_by_seed"][s] - baseline[s]
                                                    for s in shared) / len(shared)) < 1e-12
         assert "--seeds" in entry["command"]
+
+
+def test_every_table_under_examples_outputs_is_its_json_rendered():
+    """Each ``examples/outputs/*.md`` equals its JSON rendered again (``python
+    examples/render_outputs.py`` rewrites them)."""
+    tables = load_example("render_outputs").rendered()
+    assert "listops_results.md" in tables and "ablations_mr.md" in tables
+    for name, markdown in tables.items():
+        with open(os.path.join(REPO, "examples", "outputs", name), encoding="utf-8") as handle:
+            assert handle.read() == markdown, f"{name}: run python examples/render_outputs.py"
+
+
+def test_a_results_table_moves_with_its_runs(tmp_path):
+    """The renderer reads the runs: changing one run's accuracy changes the table."""
+    module = load_example("render_outputs")
+    record = recorded("mr_results.json")
+    table = module.render_results(record)
+    from glomo_tf import evaluation
+
+    runs = [dict(r) for r in record["runs"]]
+    runs[0]["accuracy"] -= 0.2
+    variants = list(record["summary"]["variants"])
+    changed = dict(record, runs=runs, summary=evaluation.summarize(runs, variants))
+    assert module.render_results(changed) != table

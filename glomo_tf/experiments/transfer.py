@@ -435,7 +435,8 @@ def write_results(output_dir, config, runs, variants, split_description, metrics
     import json
 
     with open(os.path.join(output_dir, "results.json"), "w", encoding="utf-8") as handle:
-        json.dump({"config": config, "runs": runs, "summary": summary}, handle, indent=2)
+        json.dump({"config": config, "split_description": split_description,
+                   "primary": primary, "runs": runs, "summary": summary}, handle, indent=2)
     markdown = evaluation.format_markdown(summary, config["dataset"], split_description,
                                           metric=primary)
     for metric in metrics:
