@@ -20,6 +20,7 @@ _PUBLIC = {
     # Presets: a pretrained predictor and its tokenizer in one directory (keras-hub's layout).
     "save_preset": "glomo_tf.presets", "load_preset": "glomo_tf.presets",
     "list_presets": "glomo_tf.presets", "Tokenizer": "glomo_tf.data.vocabulary",
+    "GlomoTokenizer": "glomo_tf.preprocessing",
     # Self-supervised sentence encoders.
     "SentenceEncoder": "glomo_tf.layers", "SentencePretrainer": "glomo_tf.models",
     # GLoMo on images.
