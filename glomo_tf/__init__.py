@@ -21,6 +21,8 @@ _PUBLIC = {
     "save_preset": "glomo_tf.presets", "load_preset": "glomo_tf.presets",
     "list_presets": "glomo_tf.presets", "Tokenizer": "glomo_tf.data.vocabulary",
     "GlomoTokenizer": "glomo_tf.preprocessing",
+    # A task model on raw strings, from a preset (keras-hub's TextClassifier shape).
+    "GlomoClassifier": "glomo_tf.models",
     # Self-supervised sentence encoders.
     "SentenceEncoder": "glomo_tf.layers", "SentencePretrainer": "glomo_tf.models",
     # GLoMo on images.

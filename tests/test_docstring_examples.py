@@ -11,14 +11,16 @@ import sys
 import keras
 import pytest
 
-import glomo_tf.preprocessing  # noqa: F401 (the module of a public layer)
+import glomo_tf.models.task  # noqa: F401 (modules of public classes)
+import glomo_tf.preprocessing  # noqa: F401
 from glomo_tf import layers
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
-# Public layers outside glomo_tf.layers, by their glomo_tf name.
-OTHER_LAYERS = {"GlomoTokenizer": "glomo_tf.preprocessing"}
+# Public layers and models outside glomo_tf.layers, by their glomo_tf name.
+OTHER_LAYERS = {"GlomoTokenizer": "glomo_tf.preprocessing",
+                "GlomoClassifier": "glomo_tf.models.task"}
 
 
 def layer_class(name):
