@@ -10,6 +10,7 @@ CORE = [
     "tensorboard>=2.20",  # TensorFlow 2.21 no longer pulls it in
     "numpy>=1.26",
     "matplotlib>=3.8",
+    "scipy>=1.10",  # glomo_tf.evaluation: the paired t-test's p-value (scipy.stats.t)
     "tqdm>=4.66",
 ]
 EXTRAS = {

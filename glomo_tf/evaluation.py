@@ -2,8 +2,8 @@
 
 * Downstream results (``glomo transfer``, the ablations): a run is a dict ``{"variant", "seed",
   "accuracy", ...}``; the functions here turn runs into per-seed accuracies, summaries, paired
-  comparisons (mean difference, wins/ties/losses, paired t and its two-sided p from a
-  closed-form Student t) and Markdown tables.
+  comparisons (mean difference, wins/ties/losses, paired t and its two-sided p from
+  ``scipy.stats.t``) and Markdown tables.
 * Graphs against known edges: the share of planted receivers whose strongest source is the
   planted one (:func:`edge_recovery`, on :mod:`glomo_tf.data.planted`'s corpus;
   :func:`image_edge_recovery` on the planted images), against the best fixed-offset rule and
@@ -13,6 +13,7 @@
 import math
 
 import numpy as np
+from scipy import stats
 
 from glomo_tf import hparams
 
@@ -43,32 +44,12 @@ def paired_t(differences):
 
 
 def two_sided_p(t, n):
-    """Two-sided p-value of a paired t statistic with ``n - 1`` degrees of freedom; None when
-    undefined (fewer than two pairs, or all differences equal)."""
+    """Two-sided p-value ``P(|T| >= |t|)`` of a paired t statistic, ``T`` Student's t with
+    ``n - 1`` degrees of freedom (``scipy.stats.t``); None when undefined (fewer than two
+    pairs, or all differences equal)."""
     if t is None or not math.isfinite(t) or n < 2:
         return None
-    return 1.0 - student_t_central(abs(t), n - 1)
-
-
-def student_t_central(t, dof):
-    """``P(|T| < t)`` for Student's t with an integer ``dof >= 1``, in closed form
-    (Abramowitz & Stegun 26.7.3 and 26.7.4): with ``theta = atan(t / sqrt(dof))``,
-    odd ``dof``: ``2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))`` (``dof - 3``
-    powers), even ``dof``: ``sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)`` (``dof - 2`` powers)."""
-    theta = math.atan(t / math.sqrt(dof))
-    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
-    term, total = 1.0, 1.0
-    if dof % 2:
-        if dof == 1:
-            return 2.0 / math.pi * theta
-        for k in range(2, dof - 1, 2):  # 2/3, 2*4/(3*5), ...
-            term *= k / (k + 1) * cos2
-            total += term
-        return 2.0 / math.pi * (theta + sin * math.cos(theta) * total)
-    for k in range(1, dof - 2, 2):  # 1/2, 1*3/(2*4), ...
-        term *= k / (k + 1) * cos2
-        total += term
-    return sin * total
+    return float(2.0 * stats.t.sf(abs(t), n - 1))
 
 
 def paired_comparison(own, reference):
