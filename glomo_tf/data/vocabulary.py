@@ -19,22 +19,26 @@ core lookup tables (``StaticHashTable``), and only these tensorflow-text kernels
 TensorFlow Serving model server links in: ``WhitespaceTokenizeWithOffsets``,
 ``UnicodeScriptTokenizeWithOffsets`` and ``WordpieceTokenizeWithOffsets``. tf_text's public
 ``WhitespaceTokenizer`` class now runs a newer kernel, ``WhitespaceTokenizeWithOffsetsV2``, which
-also mis-splits some non-ASCII whitespace such as U+00A0, so the original kernel is called directly
-(see :func:`split_words`; it crashes on a batch without any word, which a sentinel row prevents).
+TensorFlow Serving lacks and which keeps the leading bytes of a multi-byte whitespace character
+(U+00A0, U+3000, ...) that follows a word, so the two splitting kernels are called directly: loaded
+with ``tf.load_op_library`` from the installed tensorflow-text's shared libraries
+(:func:`glomo_tf.export.serving_ops.serving_op_libraries`, the libraries TensorFlow Serving's
+kernels come from), not through tensorflow-text's private Python modules (see :func:`split_words`;
+the whitespace kernel crashes on a batch without any word, which a sentinel row prevents).
 No ``NormalizeUTF8`` / ``case_fold_utf8``: lowercasing uses ``tf.strings.lower(encoding="utf-8")``.
 """
 
 import collections
+import functools
 import json
 import os
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.python.ops import unicode_script_tokenizer as _unicode_script
-from tensorflow_text.python.ops import whitespace_tokenizer as _whitespace
 
 from glomo_tf import hparams
+from glomo_tf.export import serving_ops
 
 PAD = "<pad>"
 UNK = "<unk>"
@@ -491,10 +495,12 @@ def _split_with_offsets(strings, splitter, offsets):
     strings = tf.concat([strings, tf.constant(["_"])], axis=0)
     codepoints = tf.strings.unicode_decode(strings, "UTF-8")
     if splitter == "whitespace":
-        outputs = _whitespace.gen_whitespace_tokenizer.whitespace_tokenize_with_offsets(
+        kernel = _splitting_kernel("WhitespaceTokenizeWithOffsets")
+        outputs = kernel.whitespace_tokenize_with_offsets(
             input_values=codepoints.flat_values, input_splits=codepoints.row_splits)
     else:
-        outputs = _unicode_script.gen_unicode_script_tokenizer.unicode_script_tokenize_with_offsets(
+        kernel = _splitting_kernel("UnicodeScriptTokenizeWithOffsets")
+        outputs = kernel.unicode_script_tokenize_with_offsets(
             input_values=codepoints.flat_values, input_splits=codepoints.row_splits,
             keep_whitespace=False)
     values, inner_splits, starts, ends, outer_splits = outputs
@@ -506,6 +512,18 @@ def _split_with_offsets(strings, splitter, offsets):
     starts, ends = (tf.RaggedTensor.from_row_splits(x, outer_splits, validate=False)[:-1]
                     for x in (starts, ends))
     return words, starts, ends
+
+
+@functools.cache
+def _splitting_kernel(op_name):
+    """The Python wrappers of a tensorflow-text splitting kernel (``op_name``, one of
+    :data:`glomo_tf.export.serving_ops.TF_TEXT_SERVING_OPS`), from ``tf.load_op_library`` on the
+    installed tensorflow-text's shared library; loading a library tensorflow-text has loaded
+    already registers nothing twice."""
+    library = serving_ops.TF_TEXT_SERVING_OPS[op_name]
+    path, = (path for path in serving_ops.serving_op_libraries()
+             if os.path.basename(path) == library + ".so")
+    return tf.load_op_library(path)
 
 
 def check_vocabulary_matches(vocabulary, model):
