@@ -11,7 +11,6 @@ CORE = [
     "numpy>=1.26",
     "matplotlib>=3.8",
     "scipy>=1.10",  # glomo_tf.evaluation: the paired t-test's p-value (scipy.stats.t)
-    "tqdm>=4.66",
 ]
 EXTRAS = {
     # scikit-learn: the tests of `glomo probe` and of the digits image set need it.
