@@ -274,20 +274,48 @@ def test_extract_with_preset_and_unknown_preset_error(toy, capsys):
     assert "Give one of --preset" in capsys.readouterr().err
 
 
-def test_newcomer_five_lines_from_the_readme():
-    """The README's five-line start, run as written in a fresh interpreter."""
+def readme_first_lines():
+    """The README's first Python block (under ``<!-- four lines -->``): its code, and its lines
+    besides reading the data (the line commented ``reading the data`` and the next)."""
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    start = readme.index("<!-- five lines -->")
+    start = readme.index("<!-- four lines -->")
     block = readme[readme.index("```python", start) + len("```python"):]
     block = block[:block.index("```")].strip()
     lines = [line for line in block.splitlines() if line.strip()]
-    assert len(lines) <= 5, block
-    code = block + ("\nids = tokenizer.encode(['The cat sat on the mat.', 'A dog barked.'])"
-                    "\nprint('shape', tuple(model(ids.to_tensor()).shape))\n")
+    reading = next(i for i, line in enumerate(lines) if "reading the data" in line)
+    return block, lines[:reading] + lines[reading + 2:]
+
+
+def test_the_readme_first_lines_are_four_besides_the_data():
+    _, lines = readme_first_lines()
+    assert len(lines) <= 4, lines
+    code = "\n".join(lines)
+    assert "GlomoClassifier.from_preset(" in code and ".fit(" in code and ".evaluate(" in code
+
+
+def test_the_readme_classifier_table_is_its_json_rendered():
+    from _examples import load_example
+
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read().splitlines()
+    start = readme.index("<!-- readme classifier table -->") + 1
+    end = next(i for i in range(start, len(readme)) if not readme[i].strip())
+    with open(os.path.join(REPO, "examples", "outputs", "readme_classifier.json"),
+              encoding="utf-8") as handle:
+        record = json.load(handle)
+    assert "\n".join(readme[start:end]) == load_example("readme_classifier").render_table(record)
+    assert {run["transfer_at"] for run in record["runs"]} == {"rnn", None}
+
+
+@pytest.mark.slow
+def test_newcomer_first_lines_from_the_readme_fit_and_evaluate():
+    """The README's first lines, run as written in a fresh interpreter (SST-2, one epoch)."""
+    block, _ = readme_first_lines()
+    code = block + "\nprint('accuracy', classifier.evaluate(test, y_test, verbose=0)[1])\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300, cwd=REPO)
+                            timeout=900, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "shape (2, 2)" in result.stdout
+    accuracy = float(result.stdout.strip().splitlines()[-1].split()[-1])
+    assert accuracy > 0.6, "SST-2 after one epoch (chance: 0.5)"
 
 
 def test_preset_load_benchmark_prints_its_phases(toy):
