@@ -1,6 +1,9 @@
-"""Renders every Markdown table under ``examples/outputs/`` from the JSON it reports.
+"""Renders every Markdown table of the results from the JSON it reports.
 
-Each ``NAME.md`` there is a view of one recorded JSON, never edited by hand:
+Every marked table of the README, ``docs/results/*.md`` and ``benchmarks/README.md``
+(``<!-- NAME table -->`` on the line above it; one function per table in
+``examples/results_tables.py``), and every ``NAME.md`` under ``examples/outputs/``, a view of one
+recorded JSON, never edited by hand:
 
 * ``*_results.md``: a ``glomo transfer`` run's ``results.json`` (kept as ``*_results.json``;
   ``listops_results.md`` is the transfer part of ``listops_graphs.json``), through
@@ -10,7 +13,7 @@ Each ``NAME.md`` there is a view of one recorded JSON, never edited by hand:
 Run::
 
     python examples/render_outputs.py          # rewrite every table from its JSON
-    python examples/render_outputs.py --check  # exit 1 naming each table that differs
+    python examples/render_outputs.py --check  # exit 1 naming each page or table that differs
 """
 
 import argparse
@@ -99,17 +102,25 @@ def main(argv=None):
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 naming each table that differs from its JSON")
     args = p.parse_args(argv)
+    import results_tables
+
     stale = []
-    for name, markdown in rendered().items():
-        path = os.path.join(OUTPUTS, name)
+    pages = {page: results_tables.render_page(page) for page in results_tables.PAGES}
+    outputs = {os.path.join("examples", "outputs", name): markdown
+               for name, markdown in rendered().items()}
+    for name, markdown in {**outputs, **pages}.items():
+        path = os.path.join(os.path.dirname(HERE), name)
         with open(path, encoding="utf-8") as handle:
             same = handle.read() == markdown
-        if args.check:
-            stale += [] if same else [name]
+        if args.check and not same:
+            differ = [f"<!-- {table} table -->" for table, (on_page, table_md) in
+                      results_tables.tables_of(name).items() if on_page != table_md
+                      ] if name in pages else []
+            stale.append(name + (f" ({', '.join(differ)})" if differ else ""))
         elif not same:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(markdown)
-            print(f"rewrote examples/outputs/{name}")
+            print(f"rewrote {name}")
     if stale:
         print("differ from their JSON: " + ", ".join(stale), file=sys.stderr)
         return 1

@@ -1,5 +1,7 @@
-"""Tables of the results pages rendered again from their recorded JSON and compared: a table
-sits under an HTML comment naming it (``<!-- NAME table -->``) and ends at the first blank line."""
+"""The results' tables are their recorded JSON rendered again: every table of the README,
+``docs/results/*.md`` and ``benchmarks/README.md`` marked ``<!-- NAME table -->`` (it ends at the
+first blank line), by its function in ``examples/results_tables.py``, and every
+``examples/outputs/*.md``. ``python examples/render_outputs.py`` rewrites them all."""
 
 import json
 import os
@@ -9,16 +11,7 @@ import pytest
 from _examples import load_example
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def table_under(page, marker):
-    """The lines of ``page`` (a path in the repository) after ``<!-- marker -->``, to the first
-    blank line."""
-    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
-        lines = handle.read().splitlines()
-    start = lines.index(f"<!-- {marker} -->") + 1
-    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
-    return "\n".join(lines[start:end])
+TABLES = load_example("results_tables")
 
 
 def recorded(name):
@@ -26,13 +19,42 @@ def recorded(name):
         return json.load(handle)
 
 
-@pytest.mark.parametrize("page, marker, example, output", [
-    ("docs/results/where-graphs-pay.md", "ud heads table", "ud_heads", "ud_heads.json"),
-    ("docs/results/where-graphs-pay.md", "listops ceiling table", "listops_ceiling",
-     "listops_ceiling.json"),
-])
-def test_the_table_is_its_json_rendered(page, marker, example, output):
-    assert table_under(page, marker) == load_example(example).render_table(recorded(output))
+@pytest.mark.parametrize("page, name", [(page, name) for page in TABLES.PAGES
+                                        for name in TABLES.marked_tables(page)])
+def test_the_marked_table_is_its_json_rendered(page, name):
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    start, end = TABLES.marked_tables(page)[name]
+    assert TABLES.TABLES[name][0] == page, f"<!-- {name} table --> belongs on another page"
+    assert "\n".join(lines[start:end]) == TABLES.TABLES[name][1](), (
+        f"{page}: <!-- {name} table --> differs from its JSON: python examples/render_outputs.py")
+
+
+@pytest.mark.parametrize("page", TABLES.PAGES)
+def test_every_marker_has_a_renderer_and_every_renderer_its_marker(page):
+    TABLES.render_page(page)  # raises ValueError naming the odd one out
+
+
+def test_a_rendered_table_moves_with_its_json(monkeypatch):
+    """A table reads its JSON: a changed recorded figure changes the table."""
+    before = TABLES.demo_table()
+    demo = json.loads(json.dumps(recorded("demo.json")))
+    demo["recovery"]["forward"]["best_head"]["share"] -= 0.5
+    monkeypatch.setattr(TABLES, "output", lambda name: demo)
+    assert TABLES.demo_table() != before
+
+
+def test_the_recorded_demo_is_the_default_run():
+    """The README's demo table is of a run with the demo's current settings."""
+    from glomo_tf.experiments import demo
+
+    metrics = recorded("demo.json")
+    assert {k: v for k, v in metrics["model"].items() if k != "parameters"} == demo.MODEL
+    training = metrics["training"]
+    assert (training["epochs"], training["steps_per_epoch"], training["batch_size"],
+            training["seed"]) == (demo.DEFAULTS["epochs"], demo.DEFAULTS["steps_per_epoch"],
+                                  demo.DEFAULTS["batch_size"], 0)
+    assert training["embedding_scale"] == demo.EMBEDDING_SCALE
 
 
 def test_the_ud_heads_json_holds_the_whole_yardstick():
@@ -61,8 +83,6 @@ def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed():
 
 
 def test_every_table_under_examples_outputs_is_its_json_rendered():
-    """Each ``examples/outputs/*.md`` equals its JSON rendered again (``python
-    examples/render_outputs.py`` rewrites them)."""
     tables = load_example("render_outputs").rendered()
     assert "listops_results.md" in tables and "ablations_mr.md" in tables
     for name, markdown in tables.items():
@@ -70,15 +90,27 @@ def test_every_table_under_examples_outputs_is_its_json_rendered():
             assert handle.read() == markdown, f"{name}: run python examples/render_outputs.py"
 
 
-def test_a_results_table_moves_with_its_runs(tmp_path):
+def test_a_results_table_moves_with_its_runs():
     """The renderer reads the runs: changing one run's accuracy changes the table."""
-    module = load_example("render_outputs")
-    record = recorded("mr_results.json")
-    table = module.render_results(record)
     from glomo_tf import evaluation
 
+    module = load_example("render_outputs")
+    record = recorded("mr_results.json")
     runs = [dict(r) for r in record["runs"]]
     runs[0]["accuracy"] -= 0.2
-    variants = list(record["summary"]["variants"])
-    changed = dict(record, runs=runs, summary=evaluation.summarize(runs, variants))
-    assert module.render_results(changed) != table
+    changed = dict(record, runs=runs,
+                   summary=evaluation.summarize(runs, list(record["summary"]["variants"])))
+    assert module.render_results(changed) != module.render_results(record)
+
+
+@pytest.mark.parametrize("page, marker, example, output", [
+    ("docs/results/where-graphs-pay.md", "ud heads table", "ud_heads", "ud_heads.json"),
+    ("docs/results/where-graphs-pay.md", "listops ceiling table", "listops_ceiling",
+     "listops_ceiling.json"),
+])
+def test_the_table_is_its_json_rendered(page, marker, example, output):
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    start = lines.index(f"<!-- {marker} -->") + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    assert "\n".join(lines[start:end]) == load_example(example).render_table(recorded(output))

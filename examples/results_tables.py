@@ -1,0 +1,872 @@
+"""The tables of the results pages, each rendered from the recorded JSON it names.
+
+A page marks a table with an HTML comment, ``<!-- NAME table -->``, on the line above it; the table
+ends at the first blank line. Every marker on :data:`PAGES` has one function here, registered
+with :func:`table`, that reads its JSON (``examples/outputs/``, ``benchmarks/outputs/``) and
+returns the table's Markdown. ``python examples/render_outputs.py`` rewrites every marked table
+(and every ``examples/outputs/*.md``); ``--check`` writes nothing and names the tables that
+differ.
+"""
+
+import functools
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+PAGES = ("README.md", "docs/results/planted.md")
+MARKER = re.compile(r"^<!-- (.+) table -->$")
+TABLES = {}  # marker name -> (page, function)
+
+
+def table(name, page):
+    """Registers a function as the renderer of ``<!-- name table -->`` on ``page``."""
+    def register(function):
+        TABLES[name] = (page, function)
+        return function
+    return register
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path):
+    with open(os.path.join(REPO, path), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def output(name):
+    """``examples/outputs/NAME``, parsed."""
+    return _read(f"examples/outputs/{name}")
+
+
+def bench(name):
+    """``benchmarks/outputs/NAME.json``, parsed."""
+    return _read(f"benchmarks/outputs/{name}.json")
+
+
+def markdown(header, rows, align=None):
+    """A Markdown table: a header row, its rule (``align``: one ``---`` or ``---:`` per column),
+    the rows."""
+    def line(cells):
+        return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
+
+    return "\n".join([line(header), "|" + "|".join(align or ["---"] * len(header)) + "|"]
+                     + [line(row) for row in rows])
+
+
+# ----------------------------------------------------------------------------------- formats
+
+def p_text(p):
+    """A two-sided p-value to two significant digits (``0.049``, ``0.31``, ``4.0e-05``)."""
+    return "n/a" if p is None else f"{p:#.2g}"
+
+
+def paired(p, scale=100):
+    """``+1.23 (7 / 3, p 0.041)``: the mean difference (points), wins / losses (and ties), p."""
+    ties = f", {p['ties']} tie{'s' if p['ties'] > 1 else ''}" if p.get("ties") else ""
+    return (f"{scale * p['mean_difference']:+.2f} ({p['wins']} / {p['losses']}{ties}, "
+            f"p {p_text(p['p'])})")
+
+
+def mean_std(v):
+    return f"{100 * v['mean']:.2f} ± {100 * v['std']:.2f}"
+
+
+def pair(values, digits=2):
+    return f"{values['forward']:.{digits}f} / {values['backward']:.{digits}f}"
+
+
+def mean(values):
+    values = list(values)
+    return sum(values) / len(values)
+
+
+@functools.lru_cache(maxsize=None)
+def _evaluation():
+    from glomo_tf import evaluation
+
+    return evaluation
+
+
+def compare(runs, variant, reference_runs, reference, metric="accuracy"):
+    """``variant``'s runs paired seed by seed with ``reference``'s (other runs, the same seeds)."""
+    evaluation = _evaluation()
+    return evaluation.paired_comparison(
+        evaluation.per_seed_accuracy(runs, variant, metric),
+        evaluation.per_seed_accuracy(reference_runs, reference, metric))
+
+
+def runs_summary(runs, variant, metric="accuracy"):
+    evaluation = _evaluation()
+    return evaluation.accuracy_summary(
+        list(evaluation.per_seed_accuracy(runs, variant, metric).values()))
+
+
+# ------------------------------------------------------------------------------- README.md
+
+@table("demo", "README.md")
+def demo_table():
+    """``glomo demo``'s recovery of the planted edges, per direction (``demo.json``)."""
+    rows = []
+    for name in ("forward", "backward"):
+        r = output("demo.json")["recovery"][name]
+        best, avg, pos = r["best_head"], r["best_layer_head_average"], r["positional_baseline"]
+        rows.append([name, f"{best['share']:.3f} (layer {best['layer']}, head {best['head']})",
+                     f"{avg['share']:.3f} (layer {avg['layer']})",
+                     f"{pos['share']:.3f} (offset {pos['offset']:+d})", f"{r['chance']:.3f}",
+                     f"{r['random_key']:.3f}", f"{r['value_cross_entropy']:.2f}"])
+    return markdown(["direction", "best head", "heads averaged", "positional bound", "chance",
+                     "random key", "value CE"], rows)
+
+
+@table("demo run", "README.md")
+def demo_run_table():
+    """The demo run's length and time (``demo.json``)."""
+    metrics = output("demo.json")
+    training = metrics["training"]
+    return markdown(["steps", "batch", "precision", "training", "in all"],
+                    [[f"{training['epochs'] * training['steps_per_epoch']:,}",
+                      training["batch_size"], training["precision"],
+                      f"{training['seconds']:.0f} s", f"{metrics['wall_seconds']:.0f} s"]],
+                    ["---:", "---:", "---", "---:", "---:"])
+
+
+@table("readme classifier", "README.md")
+def readme_classifier_table():
+    """The README's four lines, run (``readme_classifier.json``, rendered by its script)."""
+    import readme_classifier
+
+    return readme_classifier.render_table(output("readme_classifier.json"))
+
+
+# ------------------------------------------------------------------- docs/results/planted.md
+
+def diagnostic(name):
+    return output(f"diagnostics/{name}")
+
+
+@table("capacity", "docs/results/planted.md")
+def capacity_table():
+    """The graph predictor alone, taught the planted edges (``diagnostics/capacity*.json``)."""
+    rows = []
+    for label, name in (("Eq. 1, scalar threshold (the paper)", "capacity.json"),
+                        ("`entmax15`", "capacity_entmax15.json"),
+                        ("`softmax`", "capacity_softmax.json")):
+        final = diagnostic(name)["final"]
+        rows.append([label, pair(final["best_head"]), pair(final["worst_head"]),
+                     f"{final['step']:,}"])
+    return markdown(["normalisation", "best head (fw / bw)", "worst head", "steps"], rows)
+
+
+@table("value path", "docs/results/planted.md")
+def value_path_table():
+    """Steps until the decoder reads the value through an oracle graph
+    (``diagnostics/value_path_*.json``)."""
+    rows = []
+    for composition, label in (("gru", "`gru` (the paper)"), ("residual", "`residual`"),
+                               ("projected", "`projected`")):
+        for scale in ("0.1", "0.5"):
+            result = diagnostic(f"value_path_{composition}_scale{scale}.json")
+            solved = result["steps_to_solve"]
+            rows.append([f"{label}, embeddings ±{scale}",
+                         f"not by {result['steps']:,}" if solved is None else f"{solved:,}"])
+    return markdown(["composition", "steps to solve"], rows)
+
+
+@table("learning curve", "docs/results/planted.md")
+def learning_curve_table():
+    """The unsupervised model's best head at four step counts (``diagnostics/curve_*.json``)."""
+    steps = (1200, 3000, 6000, 12000)
+    rows = []
+    for label, name in (("the paper (`gru`, Eq. 1)", "curve_paper_demo.json"),
+                        ("`entmax15`", "curve_entmax15.json"),
+                        ("the paper, trained on 16-unit windows", "curve_short_windows.json"),
+                        ("`projected`, learning rate 3e-3", "curve_projected.json"),
+                        ("`projected`, learning rate 5e-3", "curve_projected_lr0.005.json"),
+                        ("`projected`, learning rate 1e-2", "curve_projected_lr0.01.json"),
+                        ("`projected` + `entmax15`", "curve_projected_entmax15.json")):
+        result = diagnostic(name)
+        at = {r["step"]: r for r in result["curve"]}
+        final = result["final"]
+        rows.append([label] + [pair(at[s]["best_head"]) if s in at else "-" for s in steps]
+                    + [f"{pair(final['value_cross_entropy'])} at {final['step']:,}"])
+    return markdown(["configuration"] + [f"{s:,}" for s in steps] + ["value CE"], rows)
+
+
+# ------------------------------------------------------------------ docs/results/transfer.md
+
+LABELS = {"glomo_rnn_dropout": "glomo_rnn, `--transfer-dropout 0.3`"}
+
+
+def variant_table(record):
+    """A ``glomo transfer`` run's variants: accuracy, the paired differences with the baseline
+    and with the uniform graph, seconds per run (the mean)."""
+    summary = record["summary"]
+    rows = []
+    for name, v in summary["variants"].items():
+        row = [LABELS.get(name, name), mean_std(v)]
+        p = summary["paired"].get(name)
+        if p is None:
+            row += ["", "", ""]
+        else:
+            ties = f" ({p['ties']} tie{'s' if p['ties'] > 1 else ''})" if p["ties"] else ""
+            row += [f"{100 * p['mean_difference']:+.2f}", f"{p['wins']} / {p['losses']}{ties}",
+                    p_text(p["p"])]
+        u = summary.get("paired_with_uniform", {}).get(name)
+        row.append(f"{100 * u['mean_difference']:+.2f} ({p_text(u['p'])})" if u else "")
+        row.append(f"{mean(r['seconds'] for r in record['runs'] if r['variant'] == name):.0f}")
+        rows.append(row)
+    return markdown(["variant", "accuracy (mean ± std)", "vs baseline, paired", "wins / losses",
+                     "p", "vs uniform, paired (p)", "s / run"], rows,
+                    ["---"] + ["---:"] * 6)
+
+
+@table("mr wikitext-2", "docs/results/transfer.md")
+def mr_wikitext2_table():
+    """MR with the WikiText-2 predictor (``mr_results.json``)."""
+    return variant_table(output("mr_results.json"))
+
+
+@table("mr own text", "docs/results/transfer.md")
+def mr_own_text_table():
+    """MR with a predictor of MR's own sentences (``mr_text_results.json``)."""
+    return variant_table(output("mr_text_results.json"))
+
+
+@table("subj own text", "docs/results/transfer.md")
+def subj_own_text_table():
+    """SUBJ with a predictor of SUBJ's own sentences (``subj_results.json``)."""
+    return variant_table(output("subj_results.json"))
+
+
+TASKS = (("MR", "mr"), ("SUBJ", "subj"), ("SST-2", "sst2"))
+
+
+@table("entmax15 transfer", "docs/results/transfer.md")
+def entmax15_transfer_table():
+    """The sharp WikiText-2 predictor on three tasks (``{mr,subj,sst2}_entmax15_results.json``)."""
+    rows = []
+    for task, name in TASKS:
+        summary = output(f"{name}_entmax15_results.json")["summary"]
+        v = summary["variants"]
+        rows.append([task, v["baseline"]["seeds"]]
+                    + [mean_std(v[n]) for n in ("baseline", "uniform", "glomo_embeddings",
+                                                 "glomo_rnn")]
+                    + [paired(summary["paired_with_uniform"][n])
+                       for n in ("glomo_embeddings", "glomo_rnn")])
+    return markdown(["task", "seeds", "baseline", "uniform", "glomo_embeddings", "glomo_rnn",
+                     "glomo_embeddings - uniform (wins / losses, p)", "glomo_rnn - uniform"],
+                    rows, ["---"] + ["---:"] * 7)
+
+
+@table("graph sources", "docs/results/transfer.md")
+def graph_sources_table():
+    """What a row of the sharp graphs hands its unit, learned / uniform
+    (``graph_sources_{mr,subj,sst2}.json``: the learned graphs' mean over directions and
+    layers, the uniform graph's over directions)."""
+    rows = []
+    for task, name in TASKS:
+        result = output(f"graph_sources_{name}.json")["directions"]
+        learned = [row for d in result.values() for row in d["learned"]]
+        uniform = [d["uniform"] for d in result.values()]
+        period = mean(next((s for w, s, *_ in r["top_sources"] if w == "."), 0.0)
+                      for r in learned)
+        uniform_period = mean(next((b for w, _, b in r["top_sources"] if w == "."), None)
+                              for r in learned)
+        rows.append([task,
+                     f"{mean(r['sources'] for r in learned):.2f} / "
+                     f"{mean(r['sources'] for r in uniform):.1f}",
+                     f"{period:.2f} / {uniform_period:.2f}",
+                     f"{mean(r['frequent_share'] for r in learned):.2f} / "
+                     f"{mean(r['frequent_share'] for r in uniform):.2f}",
+                     f"{mean(r['label_information'] for r in learned):.3f} / "
+                     f"{mean(r['label_information'] for r in uniform):.3f}"])
+    return markdown(["task", "sources per row", "weight on \".\"",
+                     "on the 50 most frequent words", "class information of a source"], rows,
+                    ["---"] + ["---:"] * 4)
+
+
+@table("ablations", "docs/results/transfer.md")
+def ablations_table():
+    """The paper's Table 2 ablations on MR (``ablations_mr.json``, through
+    ``examples/ablations_mr.py``'s table)."""
+    import ablations_mr
+
+    record = output("ablations_mr.json")
+    results = {}
+    for run in record["runs"]:
+        results.setdefault(run["configuration"], {})[run["seed"]] = run["accuracy"]
+    return ablations_mr.table(results, record["args"]["configs"])[1].rstrip("\n")
+
+
+# ---------------------------------------------------------- docs/results/where-graphs-pay.md
+
+def graph_stats(name):
+    """``glomo extract --stats-json``: the mean row entropy of every layer and direction, its
+    share of the uniform graph's, the mean sources per row and weight on the adjacent unit."""
+    stats = output(name)
+    graphs = [row for d in ("forward", "backward") for row in stats["predictor"][d]]
+    entropy = [g["entropy"] for g in graphs]
+    return {"entropy": entropy,
+            "share": 100 * mean(entropy) / stats["uniform"]["forward"][0]["entropy"],
+            "sources": mean(g["sources"] for g in graphs),
+            "adjacent": mean(g["adjacent"] for g in graphs),
+            "uniform": stats["uniform"]["forward"][0]}
+
+
+BOOKS = (("`gru` (the paper), bfloat16, 12 epochs", "books_gru_curve.json", "gru", 12),
+         ("`gru` (the paper), bfloat16, 20 epochs", "books_gru_curve.json", "gru_20", 20),
+         ("`gru` (the paper), bfloat16, 20 epochs, read part after part",
+          "books_gru_walk_curve.json", "gru_walk", 20),
+         ("`projected`, bfloat16, 20 epochs", "books_projected_curve.json", "projected", 20),
+         ("`projected` + `entmax15`, bfloat16, 20 epochs", "books_projected_entmax15_curve.json",
+          "projected_entmax15", 20))
+
+
+@table("books graphs", "docs/results/where-graphs-pay.md")
+def books_graphs_table():
+    """The books predictors: tokens seen, validation perplexity (``books_*_curve.json``) and
+    their graphs on MR's sentences and SICK's test sentences (``books_{mr,sick}_stats_*.json``)."""
+    rows = []
+    for label, curve, stats, epochs in BOOKS:
+        last = output(curve)["curve"][epochs - 1]
+        mr, sick = graph_stats(f"books_mr_stats_{stats}.json"), graph_stats(
+            f"books_sick_stats_{stats}.json")
+        rows.append([label, f"{last['tokens_seen'] / 1e6:.1f}M", f"{last['val_perplexity']:.0f}",
+                     " / ".join(f"{e:.2f}" for e in mr["entropy"]), f"{mr['share']:.0f}%",
+                     f"{mr['sources']:.1f}", f"{mr['adjacent']:.2f}", f"{sick['share']:.0f}%",
+                     f"{sick['sources']:.1f}"])
+    mr, sick = graph_stats("books_mr_stats_gru.json"), graph_stats("books_sick_stats_gru.json")
+    rows.append(["uniform graph", "-", "-", f"{mr['uniform']['entropy']:.2f} (every graph)",
+                 "100%", f"{mr['uniform']['sources']:.1f}", f"{mr['uniform']['adjacent']:.2f}",
+                 "100%", f"{sick['uniform']['sources']:.1f}"])
+    return markdown(["predictor (books + PTB + WikiText-2)", "tokens seen", "val perplexity",
+                     "MR: row entropy", "of uniform", "sources", "adjacent",
+                     "SICK: of uniform", "sources"], rows)
+
+
+@table("books curve", "docs/results/where-graphs-pay.md")
+def books_curve_table():
+    """Validation (training) perplexity after each epoch of the four books runs
+    (``books_*_curve.json``)."""
+    curves = [output(name)["curve"] for name in (
+        "books_gru_curve.json", "books_gru_walk_curve.json", "books_projected_curve.json",
+        "books_projected_entmax15_curve.json")]
+    rows = []
+    for epoch in zip(*curves):
+        assert len({r["tokens_seen"] for r in epoch}) == 1
+        rows.append([epoch[0]["epoch"], f"{epoch[0]['tokens_seen'] / 1e6:.1f}M"]
+                    + [f"{r['val_perplexity']:.0f} ({r['train_perplexity']:.0f})" for r in epoch])
+    return markdown(["epoch", "tokens seen", "`gru`, its slice again", "`gru`, part after part",
+                     "`projected`, its slice again", "`projected` + `entmax15`, its slice again"],
+                    rows, ["---:"] * 6)
+
+
+@table("sick rerun", "docs/results/where-graphs-pay.md")
+def sick_rerun_table():
+    """SICK with the first books predictor (``sick_results.json``) and with the one that read
+    the corpus part after part (``sick_walk_results.json``), and the two paired seed by seed."""
+    first, walk = output("sick_results.json"), output("sick_walk_results.json")
+    rows = []
+    for name in ("baseline", "uniform", "glomo_embeddings", "glomo_rnn"):
+        cells = [name]
+        for record in (first, walk):
+            summary = record["summary"]
+            u = summary["paired_with_uniform"].get(name)
+            cells += [mean_std(summary["variants"][name]), paired(u) if u else "-"]
+        cells.append(paired(compare(walk["runs"], name, first["runs"], name)))
+        rows.append(cells)
+    return markdown(["variant", "first predictor", "- uniform", "read part after part",
+                     "- uniform", "part after part - first, seed by seed"], rows,
+                    ["---"] + ["---:"] * 5)
+
+
+PAIR_TASKS = (("SICK", "sick_results.json", None), ("MRPC", "mrpc_results.json", None),
+              ("MRPC, F1 (paraphrase)", "mrpc_results.json", "f1"),
+              ("SNLI", "snli_results.json", None),
+              ("SNLI, hard subset", "snli_results.json", "test_hard_accuracy"))
+PAY_PAIRS = (("paired", "glomo_rnn"), ("paired_with_uniform", "glomo_rnn"),
+             ("paired_with_uniform", "glomo_embeddings"))
+
+
+@table("pairs", "docs/results/where-graphs-pay.md")
+def pairs_table():
+    """The pair model on SICK, MRPC and SNLI (``{sick,mrpc,snli}_results.json``)."""
+    rows = []
+    for task, name, metric in PAIR_TASKS:
+        summary = output(name)["summary"]
+        if metric is not None:
+            summary = summary["metrics"][metric]
+        v = summary["variants"]
+        seeds = v["baseline"]["seeds"]
+        rows.append([task, seeds]
+                    + [mean_std(v[n]) if n in v else "-"
+                       for n in ("baseline", "uniform", "glomo_embeddings", "glomo_rnn")]
+                    + [paired(summary[key][n]) if n in summary.get(key, {}) else "-"
+                       for key, n in PAY_PAIRS])
+    return markdown(["task", "seeds", "baseline", "uniform", "glomo_embeddings", "glomo_rnn",
+                     "glomo_rnn - baseline", "glomo_rnn - uniform", "glomo_embeddings - uniform"],
+                    rows, ["---"] + ["---:"] * 8)
+
+
+def other_graphs_table(main, others):
+    """``glomo_rnn`` on other graphs (``others``: label, runs), each paired seed by seed with
+    the ``main`` run's baseline, uniform graph and ``glomo_rnn`` (the paper's graphs)."""
+    rows = []
+    for label, runs in [("the paper's graphs", main["runs"])] + others:
+        accuracy = runs_summary(runs, "glomo_rnn")
+        rows.append([label, accuracy["seeds"], mean_std(accuracy)]
+                    + ["-" if runs is main["runs"] and reference == "glomo_rnn"
+                       else paired(compare(runs, "glomo_rnn", main["runs"], reference))
+                       for reference in ("baseline", "uniform", "glomo_rnn")])
+    return markdown(["`glomo_rnn` on", "seeds", "accuracy", "- baseline", "- uniform",
+                     "- the paper's graphs"], rows, ["---"] + ["---:"] * 5)
+
+
+@table("sick graphs", "docs/results/where-graphs-pay.md")
+def sick_graphs_table():
+    """SICK's ``glomo_rnn`` on sharper graphs (``sick_temperature0.5_results.json``,
+    ``sick_projected_entmax15_results.json``) against ``sick_results.json``'s runs."""
+    return other_graphs_table(output("sick_results.json"), [
+        ("`--graph-temperature 0.5`", output("sick_temperature0.5_results.json")["runs"]),
+        ("the `projected` + `entmax15` books predictor",
+         output("sick_projected_entmax15_results.json")["runs"])])
+
+
+LISTOPS_PREDICTORS = (("the paper's form", "listops_graphs.json"),
+                      ("`projected` + `entmax15`", "listops_graphs_projected_entmax15.json"),
+                      ("`entmax`, alpha 1.25", "listops_graphs_gru_entmax1.25.json"),
+                      ("`entmax15` (the paper's composition)", "listops_graphs_gru_entmax15.json"))
+
+
+@table("listops agreement", "docs/results/where-graphs-pay.md")
+def listops_agreement_table():
+    """The ListOps predictors' forward graphs against the gold trees
+    (``listops_graphs*.json``)."""
+    rows = []
+    for label, name in LISTOPS_PREDICTORS:
+        record = output(name)
+        a = record["agreement"]
+        best, averaged, offset = a["best_head"], a["best_heads_averaged"], a["best_offset"]
+        rows.append([label, f"{record['pretraining']['val_perplexity']:.1f}", f"{a['units']:,}",
+                     f"{best['share']:.3f} (layer {best['layer']}, head {best['head']})",
+                     f"{averaged['share']:.3f} (layer {averaged['layer']})",
+                     f"{offset['share']:.3f} (t - {offset['offset']})", f"{a['chance']:.3f}"])
+    return markdown(["graphs (4 epochs)", "val perplexity", "units scored", "best head",
+                     "heads averaged", "best fixed offset", "chance"], rows)
+
+
+@table("listops transfer", "docs/results/where-graphs-pay.md")
+def listops_transfer_table():
+    """The BiGRU classifier on ListOps with the paper's-form predictor (``listops_graphs.json``)."""
+    return variant_table(output("listops_graphs.json")["transfer"])
+
+
+@table("listops graphs", "docs/results/where-graphs-pay.md")
+def listops_graphs_table():
+    """ListOps' ``glomo_rnn`` on other graphs, against ``listops_graphs.json``'s runs."""
+    return other_graphs_table(output("listops_graphs.json")["transfer"], [
+        ("`--graph-temperature 0.5`", output("listops_temperature0.5_results.json")["runs"]),
+        ("`--graph-temperature 0.25`", output("listops_temperature0.25_results.json")["runs"]),
+        ("`--top-k 2`", output("listops_top2_results.json")["runs"]),
+        ("`entmax`, alpha 1.25", output("listops_graphs_gru_entmax1.25.json")["transfer"]["runs"]),
+        ("`entmax15` (the paper's composition)",
+         output("listops_graphs_gru_entmax15.json")["transfer"]["runs"])])
+
+
+@table("listops ordered memory", "docs/results/where-graphs-pay.md")
+def listops_ordered_memory_table():
+    """Ordered Memory on the same ListOps files (``ordered_memory_listops_same_files.json``) and
+    on 40,000 expressions (``ordered_memory_listops_released.json``)."""
+    rows = []
+    for record in (output("ordered_memory_listops_same_files.json"),
+                   output("ordered_memory_listops_released.json")):
+        size, epochs = f"{record['data']['train']:,}", record["config"]["epochs"]
+        om, lstm = record["models"]["ordered_memory"], record["models"]["lstm"]
+        rows += [["Ordered Memory, the released code's recipe", size, epochs,
+                  f"{100 * om['test_accuracy']:.1f}", f"{om['tree_f1']:.1f}"],
+                 [f"LSTM, {record['config']['units']} units", size, epochs,
+                  f"{100 * lstm['test_accuracy']:.1f}", "-"],
+                 ["left-branching trees", size, "-", "-", f"{record['branching_f1']['left']:.1f}"]]
+    return markdown(["model", "training expressions", "epochs", "test accuracy", "tree F1"],
+                    rows, ["---", "---:", "---:", "---:", "---:"])
+
+
+# The paper's SQuAD rows (Yang et al. 2018, Table 1 with GloVe features; Table 2's uniform
+# graph), checked against ../shared/papers/glomo-paper.txt by tests/test_results_tables.py.
+PAPER_SQUAD = (("paper: baseline (GloVe features, no graphs)", "69.33", "78.73"),
+               ("paper: GLoMo on embeddings", "70.84", "79.90"),
+               ("paper: GLoMo on RNN states", "70.95", "79.95"),
+               ("paper: uniform graph", "69.48", "78.82"))
+
+
+def squad_runs(record, parts):
+    return {(r["variant"], r["seed"]): r for part in parts for r in record[part]["runs"]}
+
+
+@table("squad seed 0", "docs/results/where-graphs-pay.md")
+def squad_seed0_table():
+    """The reader on seed 0: the pilot (``squad_pilot_results.json``) and its baseline with the
+    predictor's word vectors against random ones of the same width
+    (``squad_init_embeddings.json``)."""
+    pilot = output("squad_pilot_results.json")
+    init = output("squad_init_embeddings.json")
+    rows = []
+    for record, vectors in ((pilot, "random"), (init["random_embeddings"], "random"),
+                            (init["predictor_embeddings"], "the predictor's")):
+        width = record["config"]["embedding_dim"]
+        for r in record["runs"]:
+            rows.append([f"`{r['variant']}`", f"{vectors}, {width} wide",
+                         f"{100 * r['exact_match']:.2f}", f"{100 * r['f1']:.2f}"])
+    return markdown(["reader, seed 0", "word vectors", "exact match", "F1"], rows,
+                    ["---", "---", "---:", "---:"])
+
+
+SQUAD_HERE = (("here: baseline (the books predictor's word vectors)", "baseline"),
+              ("here: GLoMo on embeddings (`glomo_embeddings`)", "glomo_embeddings"),
+              ("here: GLoMo on RNN states (`glomo_rnn`)", "glomo_rnn"),
+              ("here: uniform graph (at the embeddings)", "uniform"),
+              ("here: uniform graph at the RNN states (`uniform_rnn`)", "uniform_rnn"))
+
+
+@table("squad", "docs/results/where-graphs-pay.md")
+def squad_table():
+    """The reader over seeds 0-4 with the books predictor's word vectors
+    (``squad_init_seeds.json``) beside the paper's rows."""
+    record = output("squad_init_seeds.json")
+    by = squad_runs(record, ("baseline", "glomo_variants", "glomo_embeddings", "uniform_rnn"))
+    rows = [[label, "-", em, f1, "-"] for label, em, f1 in PAPER_SQUAD]
+    for label, variant in SQUAD_HERE:
+        runs = [r for (v, _), r in sorted(by.items()) if v == variant]
+        em = [100 * r["exact_match"] for r in runs]
+        rows.append([label, len(runs), f"{mean(em):.2f}", f"{mean(100 * r['f1'] for r in runs):.2f}",
+                     f"{min(em):.2f}-{max(em):.2f}"])
+    return markdown(["reader", "seeds", "exact match", "F1", "exact match, seeds' range"], rows,
+                    ["---", "---:", "---:", "---:", "---:"])
+
+
+@table("squad paired", "docs/results/where-graphs-pay.md")
+def squad_paired_table():
+    """The readers of ``squad_init_seeds.json`` paired seed by seed, as recorded there."""
+    record = output("squad_init_seeds.json")["paired"]
+    rows = [[f"`{key.replace(' - ', '` - `')}`", paired(p), paired(record["f1"][key])]
+            for key, p in record["exact_match"].items()]
+    return markdown(["seeds 0-4", "exact match (wins / losses, p)", "F1"], rows,
+                    ["---", "---:", "---:"])
+
+
+@table("squad own predictor", "docs/results/where-graphs-pay.md")
+def squad_own_predictor_table():
+    """The reader on the passages' own predictor (``squad_own_predictor.json``): seeds 0-4, the
+    replication decided before it ran (seeds 5-9), and all ten pooled."""
+    record = output("squad_own_predictor.json")
+    replication = record["replication"]
+    parts = (("0-4", {m: dict(record["summary"][m],
+                               **{"glomo_rnn - uniform_rnn": record["paired"][m][
+                                   "glomo_rnn - uniform_rnn"]}) for m in ("exact_match", "f1")}),
+             ("5-9 (the replication)", replication["alone"]),
+             ("0-9 (pooled)", replication["pooled"]))
+    rows = []
+    for seeds, part in parts:
+        cells = [seeds]
+        for variant in ("glomo_rnn", "uniform_rnn"):
+            cells.append(" / ".join(f"{100 * part[m]['variants'][variant]['mean']:.2f}"
+                                    for m in ("exact_match", "f1")))
+        cells += [paired(part[m]["glomo_rnn - uniform_rnn"]) for m in ("exact_match", "f1")]
+        rows.append(cells)
+    return markdown(["seeds", "`glomo_rnn`: exact match / F1", "`uniform_rnn`",
+                     "`glomo_rnn` - `uniform_rnn`: exact match", "F1"], rows,
+                    ["---", "---:", "---:", "---:", "---:"])
+
+
+@table("squad own against books", "docs/results/where-graphs-pay.md")
+def squad_own_against_books_table():
+    """The passages' own predictor's readers paired with the books predictor's, seeds 0-4
+    (``squad_own_predictor.json``)."""
+    record = output("squad_own_predictor.json")["paired"]
+    rows = [[f"`{v}`", paired(record["exact_match"][f"{v}: own - books predictor"]),
+             paired(record["f1"][f"{v}: own - books predictor"])]
+            for v in ("glomo_rnn", "uniform_rnn")]
+    return markdown(["own predictor - books predictor", "exact match (wins / losses, p)", "F1"],
+                    rows, ["---", "---:", "---:"])
+
+
+@table("ud heads", "docs/results/where-graphs-pay.md")
+def ud_heads_table():
+    """``glomo extract --heads`` on UD English EWT (``ud_heads.json``, by its script)."""
+    import ud_heads
+
+    return ud_heads.render_table(output("ud_heads.json"))
+
+
+@table("listops ceiling", "docs/results/where-graphs-pay.md")
+def listops_ceiling_table():
+    """ListOps with its gold trees (``listops_ceiling.json``, by its script)."""
+    import listops_ceiling
+
+    return listops_ceiling.render_table(output("listops_ceiling.json"))
+
+
+# -------------------------------------------------------------------------- benchmarks/README.md
+
+def when(result):
+    """The "recorded" cell: date and machine."""
+    recorded = result["recorded"]
+    machine = recorded["machine"]
+    if isinstance(machine, dict):
+        gpus = machine.get("gpus")
+        machine = (f"{machine['cpus']} CPUs" + ("" if gpus is None else f", {gpus} GPUs")
+                   + (f", TF {machine['tensorflow']}" if "tensorflow" in machine else "")
+                   + (f", {machine['cpu']} with {'+'.join(machine['bfloat16_units']) or 'no'}"
+                      " bfloat16 units" if "cpu" in machine else ""))
+    return f"{recorded['date']}; {machine}"
+
+
+def spread(values, unit=""):
+    return f"{min(values):.1f}-{max(values):.1f}{unit}"
+
+
+def bench_row(script, name, figures, result, command=None):
+    command = command or result.get("command") or result["recorded"]["command"]
+    return [f"`{script}`", f"`{name}.json`", figures, when(result), f"`{command}`"]
+
+
+TRANSFER_VARIANTS = {"glomo": "GlomoTransfer", "glomo_fused": "fused normalization",
+                     "glomo_cached": "cached", "glomo_cached_candidates": "cached candidates",
+                     "glomo_topk": "top-k", "glomo_cached_topk": "cached top-k",
+                     "glomo_uniform": "uniform graphs"}
+
+
+def transfer_overhead_row(name):
+    r = bench(name)
+    added, ratios = r["added_ms_per_step"], r["ratio_added_over_mha_added"]
+    cells = [f"MultiHeadAttention +{added['mha']:.1f} ms/step"]
+    for variant, ratio in ratios.items():
+        cells.append(f"{TRANSFER_VARIANTS[variant]} +{added[variant]:.1f} ms ({ratio:.1f}x,"
+                     f" rounds {spread(r['ratio_added_over_mha_added_rounds'][variant], 'x')})")
+    if "matmul_bound_added_ms" in r:
+        bound = r["matmul_bound_added_ms"]
+        cells.append(f"the products alone, at this CPU's {r['matmul_gflop_per_s_n1024']:.0f} "
+                     f"GFLOP/s: MultiHeadAttention {bound['mha']:.1f} ms, GlomoTransfer "
+                     f"{bound['glomo']:.1f} ms")
+    c = r["config"]
+    size = (f"B {c['batch']}, T {c['seq']}, d {c['d']}, {c['layers']}x{c['heads']} heads, "
+            f"{c['propagation']}"
+            + (f", {c['precision']}" if c.get("precision", "float32") != "float32" else ""))
+    return bench_row("transfer_overhead.py", name, f"{size}: " + "; ".join(cells), r)
+
+
+def sparse_mixture_row():
+    r = bench("sparse_mixture")
+    res, speedup = r["results"], r["dense_ms_over_form_ms"]["top_k=8"]
+    cells = [f"T {t}: dense {res['dense'][t]['ms_median']:.1f} ms, top-8 "
+             f"{res['top_k=8'][t]['ms_median']:.1f} ms ({speedup[t]:.2f}x)"
+             for t in (str(r["config"]["seq"][0]), str(r["config"]["seq"][-1]))]
+    return bench_row("sparse_mixture.py", "sparse_mixture", "; ".join(cells), r)
+
+
+def serving_latency_row(name):
+    r = bench(name)
+
+    def p50(mode):
+        return next(x for x in r["results"] if x["mode"] == mode and x["concurrency"] == 1)[
+            "p50_ms"]
+
+    rounds, c = r["rest_vs_in_process"], r["config"]
+    c1, c8 = rounds["concurrency_1"], rounds["concurrency_8"]["throughput_ratio"]
+    figures = (f"d {c['hidden_dim']}, {c['layers']}x{c['heads']} heads, {c['words']} words, "
+               f"{c['signature']}: p50 at concurrency 1: in-process {p50('in_process'):.2f} ms, "
+               f"gRPC {p50('grpc'):.2f}, REST {p50('rest'):.2f}; over {len(r['runs'])} rounds "
+               f"REST adds {spread(c1['p50_added_ms'], ' ms')} ({min(c1['p50_ratio']):.2f}-"
+               f"{max(c1['p50_ratio']):.2f}x in-process); REST throughput at concurrency 8: "
+               f"{min(c8):.2f}-{max(c8):.2f}x in-process")
+    if r.get("client_decode"):
+        d = r["client_decode"]
+        figures += (f"; the client reads one answer ({d['answer_bytes'] / 1e3:,.0f} KB) in "
+                    f"{d['simdjson_ms']:.2f} ms (simdjson) against {d['orjson_ms']:.2f} ms "
+                    "(orjson lists)")
+    if r.get("server_encode"):
+        figures += f"; the server writes it in {r['server_encode']['ms']:.2f} ms"
+    return bench_row("serving_latency.py", name, figures, r)
+
+
+def serving_soak_row(name):
+    r = bench(name)
+    mixed, large = r["mixed"], r["large_requests"]
+    requests = sum(v["requests"] for v in mixed["latency"].values())
+    rss = mixed["rss_mb"]
+    figures = (f"{mixed['minutes']:.0f} min of mixed good and bad traffic at concurrency "
+               f"{mixed['concurrency']}: {requests:,} requests, {mixed['unexpected']} unexpected "
+               f"answers, {r['server_log']['tracebacks']} tracebacks, RSS {rss['start']} -> max "
+               f"{rss['max']} -> {rss['end']} MB; {large['requests']} requests of "
+               f"{large['body_mb']} MB: RSS +{large['growth_mb']} MB")
+    return bench_row("serving_soak.py", name, figures, r)
+
+
+def serving_long_text_row():
+    r = bench("serving_soak_long_text")
+    text = r["long_text"]
+    return bench_row("serving_soak.py", "serving_soak_long_text",
+                     f"one {text['mb']:.0f} MB text request answered in {text['seconds']:.2f} s "
+                     f"(cut before tokenisation), RSS {text['rss_after_mb']} MB after", r)
+
+
+def serving_memory_row(name):
+    """Resident memory over a stream of large requests: the highest reading of each stretch of
+    30 requests (the allocator's swing has that period here)."""
+    r = bench(name)
+    large = r["large_requests"]
+    curve = large["rss_every_10_mb"]
+    peaks = [max(curve[i:i + 3]) for i in range(0, len(curve), 3)]
+    return bench_row("serving_soak.py", name,
+                     f"{large['requests']} requests of {large['body_mb']} MB, one after another: "
+                     f"RSS {large['rss_after_first_mb']} MB after the first, highest of each 30: "
+                     f"{', '.join(str(p) for p in peaks)} MB ({r['note'].split(':')[0]})", r)
+
+
+def ordered_memory_speed_row(name):
+    r = bench(name)
+    med, spreads = r["ms_per_step_median"], r["ms_per_step_spread"]
+    cells = [f"{mode} {med[mode]:.1f} ms ({spread(spreads[mode])})" for mode in med]
+    return bench_row("ordered_memory_speed.py", name,
+                     f"batch {r['config']['batch']}, ms/step (rounds): " + ", ".join(cells), r)
+
+
+def top_k_accuracy_row(task, label):
+    name = f"top_k_accuracy_{task}"
+    r = bench(name)
+    diffs, p = r["top8_minus_dense_points"], r.get("paired_top8_vs_dense")
+    test = (f"; {p['wins']} / {p['ties']} / {p['losses']} seeds up / even / down, paired t p "
+            f"{p['p']:.2f}" if p else "")
+    figures = (f"{label}, glomo_embeddings, {len(diffs)} seeds: top-8 minus dense "
+               f"{r['mean_top8_minus_dense_points']:+.2f} points (per seed "
+               + ", ".join(f"{d:+.2f}" for d in diffs)
+               + f"{test}); top-8 keeps {r['graph_mass_kept_by_top8']:.0%} of the graph mass")
+    return ["`glomo transfer --top-k`", f"`{name}.json`", figures, when(r),
+            f"`{r['commands']['top8']}`"]
+
+
+def peer_row(script, name):
+    """A benchmark timed beside the PyTorch peer: every mode's tokens/s, the peer in each
+    precision, glomo_tf's best over the peer at its best and over the peer in float32."""
+    r = bench(name)
+    best, c = r["best_mode"], r["config"]
+    size = f"B {c['batch']}, T {c['seq']}, d {c['d']}"
+    if "peers" not in r:
+        rounds = r["ratio_vs_peer_rounds"][best]
+        return bench_row(script, name, f"{size}: glomo_tf {best} {r['tokens_per_s'][best]:,.0f} "
+                         f"tokens/s, peer {r['peer']['tokens_per_s']:,.0f}: "
+                         f"{r['ratio_best_vs_peer']:.2f}x (rounds {min(rounds):.2f}-"
+                         f"{max(rounds):.2f}x)", r)
+    modes = ", ".join(f"{mode} {tokens:,.0f}" for mode, tokens in r["tokens_per_s"].items())
+    peers = ", ".join(f"{p} {v['tokens_per_s']:,.0f}" for p, v in r["peers"].items())
+    at_best, f32 = r["ratio_best_vs_peer_best_rounds"], r["ratio_vs_peers_rounds"]["float32"][best]
+    return bench_row(script, name, f"{size}: glomo_tf tokens/s {modes}; peer {peers}; best "
+                     f"({best}) over the peer at its best ({r['best_peer']}) "
+                     f"{r['ratio_best_vs_peer_best']:.2f}x (rounds {min(at_best):.2f}-"
+                     f"{max(at_best):.2f}x), over the peer in float32 "
+                     f"{r['ratio_vs_peers']['float32'][best]:.2f}x (rounds {min(f32):.2f}-"
+                     f"{max(f32):.2f}x)", r)
+
+
+def transfer_cost_row():
+    r = bench("transfer_cost")
+    ratio = r["results"]["function/forward_backward"]["explicit_over_chained_ms"]
+    return bench_row("transfer_cost.py", "transfer_cost",
+                     "forward+backward, explicit / chained time: "
+                     + ", ".join(f"{ratio[t]:.2f} at T {t}" for t in ratio)
+                     + f"; outputs equal to {r['max_abs_diff_output']:.0e}", r)
+
+
+def preset_load_row():
+    r = bench("preset_load")
+    m, rounds = r["median_s"], r["rounds_s"]
+    names = {"import_s": "import glomo_tf", "load_preset_s": "load_preset",
+             "first_graphs_s": "first graphs"}
+    return bench_row("preset_load.py", "preset_load",
+                     f"{r['preset']}, {r['rounds']} fresh interpreters: " + ", ".join(
+                         f"{names[k]} {m[k]:.2f} s (rounds {min(rounds[k]):.2f}-"
+                         f"{max(rounds[k]):.2f})" for k in names), r)
+
+
+def reader_epoch_row():
+    r = bench("reader_epoch")
+    m, ratios, s = r["seconds_per_step"], r["ratio_to_baseline"], r["settings"]
+    return bench_row("reader_epoch.py", "reader_epoch",
+                     f"SQuAD reader, passages of {s['max_length']} units, batches of "
+                     f"{s['batch_size']}, one thread: s/step baseline {m['baseline']:.3f}, uniform "
+                     f"{m['uniform']:.3f} ({spread(ratios['uniform'], 'x')}), glomo_rnn with "
+                     f"cached passage graphs {m['glomo_rnn']:.3f} "
+                     f"({spread(ratios['glomo_rnn'], 'x')}); cache fill {r['cache_fill_s']:.0f} s", r)
+
+
+@table("benchmarks", "benchmarks/README.md")
+def benchmarks_table():
+    """Every recorded benchmark (``benchmarks/outputs/**.json``): its figures, when and where it
+    ran, its command."""
+    rows = [transfer_overhead_row(name) for name in (
+        "transfer_overhead", "transfer_overhead_chained", "transfer_overhead_cache_topk",
+        "transfer_overhead_cache_topk_bf16", "transfer_overhead_bf16_fused",
+        "transfer_overhead_cache_topk_large")]
+    rows += [sparse_mixture_row(), serving_latency_row("serving_latency"),
+             serving_latency_row("serving_latency_large"), serving_soak_row("serving_soak"),
+             serving_long_text_row()]
+    rows += [serving_latency_row(f"serving_candidates/{name}") for name in (
+        "latency_uvicorn", "latency_http_client", "latency_large_uvicorn")]
+    rows += [serving_soak_row("serving_candidates/soak_uvicorn")]
+    rows += [serving_memory_row(f"serving_memory/{name}") for name in (
+        "aiohttp_arena_cap", "aiohttp_no_arena_cap", "aiohttp_no_arena_cap_earlier",
+        "aiohttp_arena_cap_with_trim")]
+    rows += [ordered_memory_speed_row("ordered_memory_speed"),
+             ordered_memory_speed_row("ordered_memory_speed_batch1"),
+             top_k_accuracy_row("mr", "MR"), top_k_accuracy_row("sst2", "SST-2")]
+    rows += [peer_row(script, name) for script, name in (
+        ("extract_throughput.py", "extract_throughput"),
+        ("extract_throughput.py", "extract_throughput_features"),
+        ("extract_throughput.py", "extract_throughput_t512_top8"),
+        ("pretrain_throughput.py", "pretrain_throughput"))]
+    rows += [transfer_cost_row(), preset_load_row(), reader_epoch_row()]
+    return markdown(["script", "output", "latest figures", "recorded (date; machine)", "command"],
+                    rows)
+
+
+# ------------------------------------------------------------------------------- the pages
+
+def marked_tables(page):
+    """``{name: (first line, last line + 1)}`` of every ``<!-- name table -->`` on ``page``."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    found = {}
+    for i, line in enumerate(lines):
+        match = MARKER.match(line)
+        if match:
+            end = next((j for j in range(i + 1, len(lines)) if not lines[j].strip()), len(lines))
+            found[match.group(1)] = (i + 1, end)
+    return found
+
+
+def tables_of(page):
+    """``{name: (the table on the page, the table rendered)}`` for every marked table of
+    ``page``."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    return {name: ("\n".join(lines[start:end]), TABLES[name][1]())
+            for name, (start, end) in marked_tables(page).items() if name in TABLES}
+
+
+def render_page(page):
+    """``page``'s text with every marked table rendered again; raises ``ValueError`` naming a
+    marker that has no renderer here, or a renderer whose marker the page lacks."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    found = marked_tables(page)
+    expected = {name for name, (p, _) in TABLES.items() if p == page}
+    if set(found) != expected:
+        raise ValueError(f"{page}: markers without a renderer: {sorted(set(found) - expected)}; "
+                         f"renderers without a marker: {sorted(expected - set(found))}")
+    for name, (start, end) in sorted(found.items(), key=lambda item: -item[1][0]):
+        lines[start:end] = TABLES[name][1]().split("\n")
+    return "\n".join(lines)
