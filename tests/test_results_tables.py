@@ -114,3 +114,19 @@ def test_the_table_is_its_json_rendered(page, marker, example, output):
     start = lines.index(f"<!-- {marker} -->") + 1
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
     assert "\n".join(lines[start:end]) == load_example(example).render_table(recorded(output))
+
+
+def test_what_the_prose_says_of_the_tables_holds():
+    """The claims the pages make in words about their tables' JSON."""
+    learned = [recorded(f"{task}_entmax15_results.json")["summary"]["paired_with_uniform"][name]
+               for task in ("mr", "subj", "sst2") for name in ("glomo_embeddings", "glomo_rnn")]
+    assert all(p["p"] >= 0.05 for p in learned)  # "no difference reaches p < 0.05"
+    assert sum(p["mean_difference"] < 0 for p in learned) == 5  # "five of the six are negative"
+    for task in ("mr", "subj", "sst2"):  # "`<unk>` and the period are the two most weighted"
+        for direction in recorded(f"graph_sources_{task}.json")["directions"].values():
+            assert all({w for w, *_ in g["top_sources"][:2]} == {"<unk>", "."}
+                       for g in direction["learned"])
+    vs_uniform = [recorded(f"{task}_results.json")["summary"]["paired_with_uniform"][name]["p"]
+                  for task in ("mr", "mr_text", "subj") for name in ("glomo_embeddings",
+                                                                     "glomo_rnn")]
+    assert min(vs_uniform) >= 0.19  # "no p under 0.19"
