@@ -20,7 +20,8 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 # Public layers and models outside glomo_tf.layers, by their glomo_tf name.
 OTHER_LAYERS = {"GlomoTokenizer": "glomo_tf.preprocessing",
-                "GlomoClassifier": "glomo_tf.models.task"}
+                "GlomoClassifier": "glomo_tf.models.task",
+                "GlomoPairClassifier": "glomo_tf.models.task"}
 
 
 def layer_class(name):

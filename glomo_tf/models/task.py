@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from glomo_tf.models.classifier import build_classifier
+from glomo_tf.models.pair_classifier import build_pair_classifier
 from glomo_tf.preprocessing import GlomoTokenizer
 
 # Where the graphs are transferred -> build_classifier's variant.
@@ -55,6 +56,8 @@ class GlomoClassifier(keras.Model):
     (2, 2)
     """
 
+    default_name = "glomo_classifier"
+
     def __init__(self, tokenizer, graph_predictor=None, num_classes=2, transfer_at="rnn",
                  embedding_dim=128, rnn_units=128, dropout=0.3, vocabulary_size=None, **kwargs):
         name = kwargs.pop("name", None)
@@ -70,13 +73,11 @@ class GlomoClassifier(keras.Model):
             raise TypeError(f"tokenizer must be a GlomoTokenizer, got "
                             f"{type(tokenizer).__name__} (GlomoTokenizer(Tokenizer) wraps one).")
         vocabulary_size = vocabulary_size or tokenizer.vocabulary_size()
-        core = build_classifier(vocabulary_size, num_classes,
-                                TRANSFER_AT[transfer_at],
-                                graph_predictor=graph_predictor if transfer_at else None,
-                                embedding_dim=embedding_dim, rnn_units=rnn_units,
-                                dropout=dropout, name="classifier", **kwargs)
-        text = keras.Input((), dtype="string", name="text")
-        super().__init__(text, core(tokenizer(text)), name=name or "glomo_classifier")
+        inputs, outputs = self._build(
+            tokenizer, vocabulary_size, TRANSFER_AT[transfer_at],
+            graph_predictor if transfer_at else None, num_classes,
+            dict(embedding_dim=embedding_dim, rnn_units=rnn_units, dropout=dropout), kwargs)
+        super().__init__(inputs, outputs, name=name or self.default_name)
         self.tokenizer = tokenizer
         self.graph_predictor = graph_predictor if transfer_at else None
         self.num_classes = num_classes
@@ -87,6 +88,15 @@ class GlomoClassifier(keras.Model):
         self.vocabulary_size = vocabulary_size
         self.classifier_options = dict(kwargs)
         self.compile()
+
+    def _build(self, tokenizer, vocabulary_size, variant, graph_predictor, num_classes, sizes,
+               options):
+        """The functional graph: ``(inputs, outputs)``."""
+        core = build_classifier(vocabulary_size, num_classes, variant,
+                                graph_predictor=graph_predictor, name="classifier", **sizes,
+                                **options)
+        text = keras.Input((), dtype="string", name="text")
+        return text, core(tokenizer(text))
 
     @classmethod
     def from_preset(cls, preset, num_classes, transfer_at="rnn", sequence_length=None,
@@ -149,7 +159,11 @@ class GlomoClassifier(keras.Model):
 
 
 def _strings(x):
-    """Python strings and NumPy string arrays as a string tensor; other inputs as they are."""
+    """Python strings and NumPy string arrays as a string tensor (a pair of them as a pair of
+    tensors); other inputs as they are."""
+    if (isinstance(x, tuple) and len(x) == 2 and not isinstance(x[0], (str, bytes))
+            and _strings(x[0]) is not x[0]):
+        return (_strings(x[0]), _strings(x[1]))
     if isinstance(x, (list, tuple)) and x and isinstance(x[0], (str, bytes)):
         return tf.constant(list(x), tf.string)
     if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
@@ -159,3 +173,35 @@ def _strings(x):
 
 def _labels(y):
     return np.asarray(y) if isinstance(y, (list, tuple)) else y
+
+
+@keras.saving.register_keras_serializable(package="glomo_tf")
+class GlomoPairClassifier(GlomoClassifier):
+    """Pairs of strings ``([batch], [batch])`` -> class probabilities: :class:`GlomoClassifier`
+    for sentence pairs (SICK, MRPC, SNLI), on :func:`build_pair_classifier`'s model (one shared
+    encoder, the graphs computed per sentence, an ESIM-style soft alignment).
+
+    :meth:`fit`, :meth:`evaluate` and :meth:`predict` take ``x`` as a tuple ``(first texts,
+    second texts)``. The arguments are :class:`GlomoClassifier`'s, ``**kwargs`` going to
+    :func:`build_pair_classifier`.
+
+    Example:
+
+    >>> import glomo_tf
+    >>> tokenizer = glomo_tf.GlomoTokenizer(["<pad>", "<unk>", "a", "man", "dog", "runs"])
+    >>> pairs = GlomoPairClassifier(tokenizer, num_classes=3, transfer_at=None,
+    ...                             embedding_dim=4, rnn_units=4)
+    >>> pairs.predict((["a man runs"], ["a dog runs"]), verbose=0).shape
+    (1, 3)
+    """
+
+    default_name = "glomo_pair_classifier"
+
+    def _build(self, tokenizer, vocabulary_size, variant, graph_predictor, num_classes, sizes,
+               options):
+        core = build_pair_classifier(vocabulary_size, num_classes, variant,
+                                     graph_predictor=graph_predictor, name="pair_classifier",
+                                     **sizes, **options)
+        first = keras.Input((), dtype="string", name="first_text")
+        second = keras.Input((), dtype="string", name="second_text")
+        return [first, second], core([tokenizer(first), tokenizer(second)])
