@@ -19,7 +19,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 PAGES = ("README.md", "docs/results/planted.md", "docs/results/transfer.md",
-         "docs/results/where-graphs-pay.md")
+         "docs/results/where-graphs-pay.md", "benchmarks/README.md")
 MARKER = re.compile(r"^<!-- (.+) table -->$")
 TABLES = {}  # marker name -> (page, function)
 
