@@ -11,7 +11,6 @@ return tensors of the TensorFlow backend and work under ``tf.function`` and XLA.
 import tensorflow as tf
 
 from glomo_tf import hparams
-from glomo_tf.layers._common import masked_softmax
 
 FORWARD = 0
 BACKWARD = 1
@@ -110,6 +109,27 @@ def fused_normalize_scores(scores, admissible, normalization="squared_relu", eps
 
 
 _normalize_cluster = tf.function(normalize_scores, jit_compile=True, reduce_retracing=True)
+
+
+def masked_softmax(scores, admissible, epsilon=0.0):
+    """Softmax over the last axis of ``scores``, restricted to the admissible entries.
+
+    Args:
+        scores: float ``[..., S]``, in any float dtype (the arithmetic stays in it).
+        admissible: 0/1 float mask broadcastable to ``scores``.
+        epsilon: added to every row sum that is not zero (:func:`normalize_scores`
+            passes its ``epsilon``; 0 gives the exact softmax).
+
+    Returns:
+        Weights like ``scores``: each row sums to 1 over its admissible entries (to
+        ``total / (total + epsilon)`` with ``epsilon``), zero elsewhere; a row without an
+        admissible entry is all zero.
+    """
+    masked = tf.where(admissible > 0, scores, scores.dtype.min)
+    row_max = tf.stop_gradient(tf.reduce_max(masked, axis=-1, keepdims=True))
+    weights = tf.exp(masked - row_max) * admissible
+    total = tf.reduce_sum(weights, axis=-1, keepdims=True)
+    return weights / (tf.where(total > 0, total, 1.0) + epsilon)
 
 
 def entmax15(scores, admissible):

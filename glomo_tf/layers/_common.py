@@ -1,13 +1,12 @@
 """Small helpers shared by the layers (internal): dtype cast, biases in products, float32
-sigmoid, row-preserving transposes, GRU update, masked softmax, mask, initializer arguments.
-
-This module imports only TensorFlow and :mod:`glomo_tf._keras_private`, so :mod:`glomo_tf.ops`
-can use it too.
+sigmoid, row-preserving transposes, GRU update, mask, initializer arguments; the masked softmax
+is :func:`glomo_tf.ops.masked_softmax` (graph math, below the layers), named here too.
 """
 
 import tensorflow as tf
 
 from glomo_tf import _keras_private
+from glomo_tf.ops import masked_softmax  # noqa: F401  (the layers' name for it)
 
 
 def compute_cast(layer, value):
@@ -111,27 +110,6 @@ def gru_update(gates_x, gates_h, state, keras_order=False):
         reset, update = update, reset
     candidate = tf.tanh(x_n + reset * h_n)
     return update * state + (1.0 - update) * candidate
-
-
-def masked_softmax(scores, admissible, epsilon=0.0):
-    """Softmax over the last axis of ``scores``, restricted to the admissible entries.
-
-    Args:
-        scores: float ``[..., S]``, in any float dtype (the arithmetic stays in it).
-        admissible: 0/1 float mask broadcastable to ``scores``.
-        epsilon: added to every row sum that is not zero (:func:`glomo_tf.ops.normalize_scores`
-            passes its ``epsilon``; 0 gives the exact softmax).
-
-    Returns:
-        Weights like ``scores``: each row sums to 1 over its admissible entries (to
-        ``total / (total + epsilon)`` with ``epsilon``), zero elsewhere; a row without an
-        admissible entry is all zero.
-    """
-    masked = tf.where(admissible > 0, scores, scores.dtype.min)
-    row_max = tf.stop_gradient(tf.reduce_max(masked, axis=-1, keepdims=True))
-    weights = tf.exp(masked - row_max) * admissible
-    total = tf.reduce_sum(weights, axis=-1, keepdims=True)
-    return weights / (tf.where(total > 0, total, 1.0) + epsilon)
 
 
 def attached_mask(tensor):
