@@ -1,10 +1,12 @@
-"""The figures of the README and of the docs/ pages come from recorded outputs.
+"""The figures of the guides (``docs/guides/*.md``) and of ``docs/benchmarks.md`` come from
+recorded outputs.
 
-The demo table of the README, the diagnostics tables of ``docs/results/planted.md`` and the other
-pages' tables and sentences are rebuilt here from ``examples/outputs/*.json`` (``glomo demo``'s
-``metrics.json``, ``examples/planted_diagnostics.py``, ...) and ``benchmarks/outputs/*.json``;
-every rebuilt row must appear verbatim on the page where that text lives (each test names its
-page), so a re-run that moves a figure fails this test until the page is updated with it.
+Their tables and sentences are rebuilt here from ``examples/outputs/*.json`` and
+``benchmarks/outputs/*.json``; every rebuilt row must appear verbatim on the page where that text
+lives (each test names its page), so a re-run that moves a figure fails this test until the page
+is updated with it. The README's and the results pages' tables are rendered from their JSON
+instead (``examples/results_tables.py``, checked by ``tests/test_results_tables.py``); a guide's
+table moves there once the guide marks it ``<!-- NAME table -->``.
 """
 
 import json
