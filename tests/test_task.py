@@ -145,3 +145,28 @@ def test_the_pair_classifier_fits_pairs_of_strings_and_round_trips(tmp_path):
     assert type(loaded).__name__ == "GlomoPairClassifier"
     np.testing.assert_allclose(loaded.predict(test_x, verbose=0), pairs.predict(test_x, verbose=0),
                                atol=1e-6)
+
+
+def test_glomo_serve_answers_tf_servings_predict_on_strings(tmp_path):
+    """The exported classifier under ``glomo serve``'s model server: REST ``predict`` with
+    ``{"instances": ["text", ...]}`` gives the live model's probabilities."""
+    import http.client
+    import json
+
+    from glomo_tf.serving.server import ModelServer
+
+    classifier = small("rnn")
+    texts = ["good film", "the plot was very bad", "a"]
+    expected = classifier.predict(texts, verbose=0)
+    classifier.export(str(tmp_path / "served" / "1"), verbose=False)
+    with ModelServer(model_name="sentiment", model_base_path=str(tmp_path / "served"),
+                     grpc_port=0, rest_port=0, file_system_poll_wait_seconds=0) as server:
+        host, port = server.rest_url.split("//")[1].split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        connection.request("POST", "/v1/models/sentiment:predict",
+                           body=json.dumps({"instances": texts}))
+        response = connection.getresponse()
+        status, doc = response.status, json.loads(response.read())
+        connection.close()
+    assert status == 200, doc
+    np.testing.assert_allclose(np.array(doc["predictions"]), expected, atol=1e-5)
