@@ -19,7 +19,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 PAGES = ("README.md", "docs/results/planted.md", "docs/results/transfer.md",
-         "docs/results/where-graphs-pay.md", "benchmarks/README.md")
+         "docs/results/where-graphs-pay.md", "benchmarks/README.md",
+         "docs/guides/related-models.md")
 MARKER = re.compile(r"^<!-- (.+) table -->$")
 TABLES = {}  # marker name -> (page, function)
 
@@ -832,6 +833,119 @@ def benchmarks_table():
     rows += [transfer_cost_row(), preset_load_row(), reader_epoch_row()]
     return markdown(["script", "output", "latest figures", "recorded (date; machine)", "command"],
                     rows)
+
+
+# ------------------------------------------------------------- docs/guides/related-models.md
+
+def _percent(value):
+    return f"{100 * value:.1f}%"
+
+
+def _validation(model):
+    """``48.1% / 97.4% (epoch 39)``: the validation accuracy after one epoch, the best and when."""
+    val = [epoch["val_accuracy"] for epoch in model["curve"]]
+    best = max(range(len(val)), key=val.__getitem__)
+    return f"{_percent(val[0])} / {_percent(val[best])} (epoch {best + 1} of {len(val)})"
+
+
+def _listops_rows(result, om_label, extra=()):
+    om, lstm = result["models"]["ordered_memory"], result["models"]["lstm"]
+    branching = result["branching_f1"]
+    rows = [[om_label, _percent(om["test_accuracy"]), f"{om['tree_f1']:.1f}", _validation(om),
+             f"{om['parameters']:,}", f"{om['train_seconds']:,.0f} s"]]
+    rows += list(extra)
+    rows += [[f"LSTM, {result['config']['units']} units", _percent(lstm["test_accuracy"]), "-",
+              _validation(lstm), f"{lstm['parameters']:,}", f"{lstm['train_seconds']:,.0f} s"],
+             ["majority class", _percent(result["data"]["majority_test_accuracy"]), "", "", "",
+              ""],
+             ["left- / right-branching trees", "",
+              f"{branching['left']:.1f} / {branching['right']:.1f}", "", "", ""]]
+    return rows
+
+
+LISTOPS_HEADER = ["model", "test accuracy", "induced-tree F1",
+                  "validation accuracy: epoch 1 / best", "parameters", "training"]
+
+
+@table("ordered memory listops released", "docs/guides/related-models.md")
+def ordered_memory_listops_released_table():
+    """ListOps with the released code's recipe, and the thesis' attention on the same recipe
+    (``ordered_memory_listops_released.json``, ``ordered_memory_listops_thesis_form.json``)."""
+    thesis = output("ordered_memory_listops_thesis_form.json")
+    om = thesis["models"]["ordered_memory"]
+    extra = [[f"Ordered Memory (the thesis' stick-breaking), the same recipe, "
+              f"{len(om['curve'])} epochs", _percent(om["test_accuracy"]), f"{om['tree_f1']:.1f}",
+              _validation(om), f"{om['parameters']:,}", f"{om['train_seconds']:,.0f} s"]]
+    return markdown(LISTOPS_HEADER, _listops_rows(
+        output("ordered_memory_listops_released.json"),
+        "Ordered Memory (the released code's attention)", extra))
+
+
+@table("ordered memory listops", "docs/guides/related-models.md")
+def ordered_memory_listops_table():
+    """ListOps with the thesis' layer as written (``ordered_memory_listops.json``)."""
+    rows = _listops_rows(output("ordered_memory_listops.json"), "Ordered Memory (stick-breaking)")
+    rows.append(["the thesis, 128 units, 21 slots", "99.9%", "100", "", "", ""])
+    return markdown(LISTOPS_HEADER, rows)
+
+
+@table("ordered memory logic", "docs/guides/related-models.md")
+def ordered_memory_logic_table():
+    """Propositional logic by number of operators (``ordered_memory_logic_full.json``,
+    ``ordered_memory_logic_released.json``, ``ordered_memory_logic_brackets.json``)."""
+    operators = [str(k) for k in range(7, 13)]
+
+    def row(label, model=None, accuracy=None):
+        accuracy = accuracy or model["test_accuracy"]
+        cells = [f"{100 * accuracy[k]:.1f}" for k in operators]
+        tree = f"{model['tree_f1']:.1f}" if model and model.get("tree_f1") is not None else ""
+        best = _percent(model["best_val_accuracy"]) if model else ""
+        return [label] + cells + [tree, best]
+
+    full = output("ordered_memory_logic_full.json")
+    released = output("ordered_memory_logic_released.json")
+    brackets = output("ordered_memory_logic_brackets.json")
+    epochs = brackets["epochs"]
+    om = brackets["models"]["ordered_memory"]
+    rows = [row("Ordered Memory", full["models"]["ordered_memory"]),
+            row(f"LSTM, {full['config']['units']} units", full["models"]["lstm"]),
+            row(f"majority relation (`{full['data']['majority_relation']}`)",
+                accuracy=full["data"]["majority_test_accuracy"]),
+            row(f"Ordered Memory, the released code's attention and optimizer, "
+                f"{len(released['models']['ordered_memory']['curve'])} epochs",
+                released["models"]["ordered_memory"]),
+            row("LSTM, the same run", released["models"]["lstm"]),
+            row(f"Ordered Memory, formulas with their brackets, {brackets['config']['slots']} "
+                f"slots, {epochs['ordered_memory']} epochs", om),
+            row(f"LSTM, formulas with their brackets, {epochs['lstm']} epochs",
+                brackets["models"]["lstm"]),
+            ["left- / right-branching trees (formulas with their brackets)"] + [""] * 6
+            + [f"{om['branching_f1']['left']:.1f} / {om['branching_f1']['right']:.1f}", ""],
+            ["the thesis, Ordered Memory (200 units)", "98", "97", "96", "94", "94", "92", "87.9",
+             ""],
+            ["the thesis, LSTM", "88", "84", "80", "78", "71", "69", "", ""]]
+    return markdown(["model"] + operators + ["induced-tree F1", "best validation accuracy"], rows)
+
+
+@table("ordered memory speed", "docs/guides/related-models.md")
+def ordered_memory_speed_table():
+    """Ordered Memory's ms per step, median of 3 rounds (``ordered_memory_speed*.json``)."""
+    runs = [bench("ordered_memory_speed"), bench("ordered_memory_speed_batch1")]
+    labels = {"infer": "inference, graph mode", "infer_dynamic": "inference, dynamic threshold",
+              "infer_xla": "inference, XLA",
+              "infer_xla_dynamic": "inference, XLA, dynamic threshold",
+              "train": "training step", "train_xla": "training step, XLA"}
+
+    def cell(r, mode):
+        if mode not in r["ms_per_step_median"]:
+            return "-"
+        low, high = r["ms_per_step_spread"][mode]
+        return f"{r['ms_per_step_median'][mode]:.1f} ms ({low:.1f}-{high:.1f})"
+
+    header = ["step"] + [f"batch {r['batch_shape'][0]} x {r['batch_shape'][1]}" for r in runs]
+    return markdown(header, [[label] + [cell(r, mode) for r in runs]
+                             for mode, label in labels.items()],
+                    ["---"] + ["---:"] * len(runs))
 
 
 # ------------------------------------------------------------------------------- the pages

@@ -1,5 +1,5 @@
 """The results' tables are their recorded JSON rendered again: every table of the README,
-``docs/results/*.md`` and ``benchmarks/README.md`` marked ``<!-- NAME table -->`` (it ends at the
+``docs/results/*.md``, ``benchmarks/README.md`` and ``docs/guides/related-models.md`` marked ``<!-- NAME table -->`` (it ends at the
 first blank line), by its function in ``examples/results_tables.py``, and every
 ``examples/outputs/*.md``. ``python examples/render_outputs.py`` rewrites them all."""
 
