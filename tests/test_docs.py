@@ -61,5 +61,44 @@ def test_mkdocs_build_strict(tmp_path):
                              str(tmp_path / "site"), "--config-file", str(REPO / "mkdocs.yml")],
                             capture_output=True, text=True, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr[-4000:]
+    assert "WARNING" not in result.stderr, result.stderr[-4000:]
+    # The files outside docs/ are in the site, their links and the links to them rewritten.
+    readme = (tmp_path / "site" / "project" / "readme" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../../guides/transfer/' in readme
+    assert not re.search(r'href="[^"]*\.md[#"]', readme)  # every .md link became a page URL
+    transfer = (tmp_path / "site" / "guides" / "transfer" / "index.html").read_text("utf-8")
+    assert "../../project/glomo_books_en/" in transfer
     api = (tmp_path / "site" / "api" / "layers" / "index.html").read_text(encoding="utf-8")
     assert "GlomoTransfer" in api and "graph_predictor" in api  # rendered from the docstrings
+
+
+def test_dead_links_are_errors_of_the_site_build():
+    """mkdocs.yml validates every kind of link at ``warn``, which ``--strict`` makes an error."""
+    text = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    block = text[text.index("validation:"):text.index("markdown_extensions:")]
+    kinds = dict(line.strip().split(": ") for line in block.splitlines()[2:] if line.strip())
+    assert kinds == {"not_found": "warn", "absolute_links": "warn", "unrecognized_links": "warn",
+                     "anchors": "warn"}
+
+
+def test_the_hook_rewrites_links_by_where_their_targets_live():
+    import types
+
+    sys.path.insert(0, str(REPO))
+    import mkdocs_hooks
+
+    def page(src_uri):
+        return types.SimpleNamespace(file=types.SimpleNamespace(src_uri=src_uri))
+
+    guide = mkdocs_hooks.on_page_markdown(
+        "[card](../../glomo_tf/builtin_presets/glomo_books_en/MODEL_CARD.md) "
+        "[home](../../README.md#transfer-in-modelfit) [x](../api/layers.md) "
+        "[web](https://keras.io/a.md) ![p](../../examples/outputs/wikitext2_graphs.png)",
+        page("guides/transfer.md"), None, None)
+    assert guide == ("[card](../project/glomo_books_en.md) "
+                     "[home](../project/readme.md#transfer-in-modelfit) [x](../api/layers.md) "
+                     "[web](https://keras.io/a.md) ![p](../project/wikitext2_graphs.png)")
+    readme = mkdocs_hooks.on_page_markdown(
+        "[g](docs/guides/transfer.md) [h](docs/results/x.md#a---b) [s](setup.py)",
+        page("project/readme.md"), None, None)
+    assert readme == "[g](../guides/transfer.md) [h](../results/x.md#a-b) [s](setup.py)"
