@@ -1,6 +1,6 @@
-"""The results' tables are their recorded JSON rendered again: every table of the README,
-``docs/results/*.md``, ``benchmarks/README.md`` and ``docs/guides/related-models.md`` marked ``<!-- NAME table -->`` (it ends at the
-first blank line), by its function in ``examples/results_tables.py``, and every
+"""The results' tables are their recorded JSON rendered again: every table of the pages of
+``examples/results_tables.py``'s ``PAGES`` marked ``<!-- NAME table -->`` (it ends at the first
+blank line), by its function in ``examples/results_tables.py``, and every
 ``examples/outputs/*.md``. ``python examples/render_outputs.py`` rewrites them all."""
 
 import json
