@@ -75,3 +75,54 @@ def on_page_markdown(markdown, page, config, files):
         return f"{prefix}{posixpath.relpath(site, site_here or '.')}{anchor}{close}"
 
     return LINK.sub(rewrite, markdown)
+
+
+# ---------------------------------------------------------------------------------------------
+# The docstrings cross-reference in Sphinx's roles (:class:`GlomoTransfer`, :func:`~glomo_tf.x`),
+# which mkdocstrings prints raw. Each becomes an autorefs cross-reference to the object's
+# documentation (resolved by the autorefs plugin after every page is rendered; a target the site
+# does not document stays code, unlinked).
+ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):<code>(~?)([\w.]+)</code>")
+# Where a bare name in a docstring is looked up, in order.
+NAMESPACES = ("glomo_tf", "glomo_tf.layers", "glomo_tf.models", "glomo_tf.data", "glomo_tf.ops",
+              "glomo_tf.serving")
+
+
+def canonical_path(target):
+    """The object's import path where it is defined (what mkdocstrings documents it under), or
+    None when no namespace holds it."""
+    import importlib
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+    for prefix in ("", *(n + "." for n in NAMESPACES)):
+        parts = (prefix + target).split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            try:
+                for name in parts[cut:]:
+                    obj = getattr(obj, name)
+            except AttributeError:
+                break
+            if isinstance(obj, type(importlib)):
+                return obj.__name__
+            module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+            if module and qualname:
+                return f"{module}.{qualname}"
+            return prefix + target
+    return None
+
+
+def on_page_content(html, page, config, files):
+    def cross_reference(match):
+        short, target = match.groups()
+        title = target.rsplit(".", 1)[-1] if short else target
+        path = canonical_path(target)
+        if path is None:
+            return f"<code>{title}</code>"
+        return f'<autoref identifier="{path}" optional><code>{title}</code></autoref>'
+
+    return ROLE.sub(cross_reference, html)
