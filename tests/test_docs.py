@@ -75,6 +75,12 @@ def test_mkdocs_build_strict(tmp_path):
     api = (tmp_path / "site" / "api" / "layers" / "index.html").read_text(encoding="utf-8")
     assert "GlomoTransfer" in api and "graph_predictor" in api  # rendered from the docstrings
     assert 'href="#glomo_tf.layers.GlomoTransfer"><code>GlomoTransfer</code></a>' in api
+    # Signatures shown, GlomoTransfer first, the Keras plumbing left to Keras' own reference.
+    assert "doc-signature" in api
+    first = re.search(r'id="(glomo_tf\.layers\.\w+)"', api).group(1)
+    assert first == "glomo_tf.layers.GlomoTransfer", first
+    assert 'id="glomo_tf.layers.GlomoTransfer.from_preset"' in api
+    assert not re.search(r'id="glomo_tf\.layers\.\w+\.(call|get_config|from_config|build)"', api)
 
 
 def test_dead_links_are_errors_of_the_site_build():
