@@ -948,6 +948,92 @@ def ordered_memory_speed_table():
                     ["---"] + ["---:"] * len(runs))
 
 
+def _probe_table(name, marker):
+    @table(marker, "docs/guides/related-models.md")
+    def render():
+        return output(f"{name}.json")["table"]
+
+    render.__name__ = render.__qualname__ = f"{name}_table"
+    render.__doc__ = (f"The probe of ``{name}.json`` (its ``table``, rendered by "
+                      "``examples/sentence_curve.py``).")
+    return render
+
+
+for _name in ("long", "units512", "units512_bfloat16", "books", "books_converged", "books_glomo",
+              "books_glomo_control", "books_units512", "books_units512_max"):
+    _probe_table(f"sentence_encoders_{_name}",
+                 "sentence encoders " + _name.replace("_", " "))
+
+BOOK_LOSSES = (("qt_loss", "Quick Thoughts", 2), ("sp_loss", "Self Prediction", 2),
+               ("g2l_loss", "Global-to-Local", 1))
+
+
+@table("sentence encoders books glomo heldout", "docs/guides/related-models.md")
+def books_glomo_heldout_table():
+    """Held-out losses with / without the graphs at each snapshot
+    (``sentence_encoders_books_glomo.json``, ``sentence_encoders_books_glomo_control.json``)."""
+    fed, control = (output(f"sentence_encoders_books_glomo{s}.json") for s in ("", "_control"))
+    rows = []
+    for name, x in fed["curve"].items():
+        y = control["curve"][name]
+        rows.append([f"{x['pairs_seen']:,}"] + [
+            f"{x['heldout_losses'][k]:.{d}f} / {y['heldout_losses'][k]:.{d}f}"
+            for k, _, d in BOOK_LOSSES])
+    return markdown(["pairs"] + [label for _, label, _ in BOOK_LOSSES], rows)
+
+
+@table("sentence encoders books glomo difference", "docs/guides/related-models.md")
+def books_glomo_difference_table():
+    """The probe with the graphs minus without, in points, beside the larger of the two runs'
+    spread over the folds (SST-2 is one test split)."""
+    fed, control = (output(f"sentence_encoders_books_glomo{s}.json") for s in ("", "_control"))
+    rows = []
+    for name, x in fed["curve"].items():
+        y = control["curve"][name]
+        cells = []
+        for task in ("mr", "subj", "sst2"):
+            a, b = x["probe"][task], y["probe"][task]
+            cell = f"{100 * (a['accuracy'] - b['accuracy']):+.1f}"
+            if a.get("std") is not None and b.get("std") is not None:
+                cell += f" (± {100 * max(a['std'], b['std']):.1f})"
+            cells.append(cell)
+        rows.append([f"{x['pairs_seen']:,}"] + cells)
+    return markdown(["pairs", "MR", "SUBJ", "SST-2"], rows, ["---:"] * 4)
+
+
+@table("sentence encoders books ablations", "docs/guides/related-models.md")
+def books_ablations_table():
+    """The leave-one-out runs at the book budget beside the full model at the same pairs, 100
+    probe iterations (``sentence_encoders_books{,_qt_sp,_qt_g2l,_sp_g2l}.json``)."""
+    books = output("sentence_encoders_books.json")
+    ablations = [(label, output(f"sentence_encoders_books_{suffix}.json"))
+                 for suffix, label in (("qt_sp", "QT+SP"), ("qt_g2l", "QT+G2L"),
+                                       ("sp_g2l", "SP+G2L"))]
+    rows = []
+    for name, full in books["curve"].items():
+        present = [(label, a["curve"][name]) for label, a in ablations if name in a["curve"]]
+        if not present:
+            continue
+        for label, point in [("QT+SP+G2L", full)] + present:
+            rows.append([label, f"{point['pairs_seen']:,}"]
+                        + [f"{100 * point['probe'][t]['accuracy']:.1f}"
+                           for t in ("mr", "subj", "sst2")])
+    return markdown(["encoder", "pairs", "mr", "subj", "sst2"], rows,
+                    ["---", "---:", "---:", "---:", "---:"])
+
+
+@table("sentence neighbours", "docs/guides/related-models.md")
+def sentence_neighbours_table():
+    """Each query's nearest MR sentence by encoder, cosine in parentheses
+    (``sentence_neighbours.json``)."""
+    first = {}
+    for entry in output("sentence_neighbours.json")["neighbours"]:
+        first.setdefault(entry["query"], {})[entry["encoder"]] = entry["neighbours"][0]
+    return markdown(["query", "QT+SP+G2L", "bag of words"], [
+        [query] + [f"{found[e]['sentence']} ({found[e]['cosine']:.3f})"
+                   for e in ("QT+SP+G2L", "bow")] for query, found in first.items()])
+
+
 # ------------------------------------------------------------------------------- the pages
 
 def marked_tables(page):

@@ -27,7 +27,6 @@ def spread(values, unit=""):
     return f"{min(values):.1f}-{max(values):.1f}{unit}"
 
 
-
 @pytest.fixture(scope="module")
 def table():
     with open(os.path.join(BENCHMARKS, "README.md"), encoding="utf-8") as handle:
