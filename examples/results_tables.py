@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 
 PAGES = ("README.md", "docs/results/planted.md", "docs/results/transfer.md",
          "docs/results/where-graphs-pay.md", "benchmarks/README.md",
-         "docs/guides/related-models.md")
+         "docs/guides/related-models.md", "docs/guides/pretraining.md", "docs/guides/images.md")
 MARKER = re.compile(r"^<!-- (.+) table -->$")
 TABLES = {}  # marker name -> (page, function)
 
@@ -1032,6 +1032,63 @@ def sentence_neighbours_table():
     return markdown(["query", "QT+SP+G2L", "bag of words"], [
         [query] + [f"{found[e]['sentence']} ({found[e]['cosine']:.3f})"
                    for e in ("QT+SP+G2L", "bow")] for query, found in first.items()])
+
+
+# ----------------------------------------------------- docs/guides/pretraining.md, images.md
+
+@table("wikitext-2 graphs", "docs/guides/pretraining.md")
+def wikitext2_graphs_table():
+    """The WikiText-2 predictors' graphs over MR (``wikitext2_*_metrics.json``,
+    ``wikitext2_mr_stats_*.json``)."""
+    rows = []
+    for label, variant in (("`gru` (the paper)", "gru"), ("`projected`", "projected"),
+                           ("`projected` + `entmax15`", "projected_entmax15")):
+        metrics = output(f"wikitext2_{variant}_metrics.json")
+        stats = output(f"wikitext2_mr_stats_{variant}.json")
+        graphs = [row for name in ("forward", "backward") for row in stats["predictor"][name]]
+        entropy = [g["entropy"] for g in graphs]
+        uniform = stats["uniform"]["forward"][0]["entropy"]
+        rows.append([label, f"{metrics['val_perplexity']:.0f}",
+                     " / ".join(f"{e:.2f}" for e in entropy),
+                     f"{100 * mean(entropy) / uniform:.0f}%",
+                     f"{mean(g['sources'] for g in graphs):.1f}",
+                     f"{mean(g['adjacent'] for g in graphs):.2f}"])
+    uniform = output("wikitext2_mr_stats_projected.json")["uniform"]["forward"][0]
+    rows.append(["uniform graph", "-", f"{uniform['entropy']:.2f} (every graph)", "100%",
+                 f"{uniform['sources']:.1f}", f"{uniform['adjacent']:.2f}"])
+    return markdown(["predictor (WikiText-2, 4 epochs)", "val perplexity", "row entropy",
+                     "of uniform", "sources", "adjacent"], rows)
+
+
+@table("images planted", "docs/guides/images.md")
+def images_planted_table():
+    """GLoMo on the planted 2-D corpus (``glomo_images.json``)."""
+    recovery = output("glomo_images.json")["planted"]["recovery"]
+
+    def both(key):
+        return " / ".join(f"{recovery[d][key]['share']:.2f}" for d in ("forward", "backward"))
+
+    chance = " / ".join(f"{recovery[d]['chance']:.2f}" for d in ("forward", "backward"))
+    return markdown(["corpus", "best head", "best fixed offset", "chance"],
+                    [["planted 2-D corpus", both("best_head"), both("positional_baseline"),
+                      chance]], ["---", "---:", "---:", "---:"])
+
+
+@table("images digits", "docs/guides/images.md")
+def images_digits_table():
+    """The digits' transfer, 10 paired seeds (``glomo_images.json``)."""
+    summary = output("glomo_images.json")["digits"]["summary"]
+    rows = []
+    for name in ("baseline", "glomo", "uniform"):
+        v = summary["variants"][name]
+        cells = [name, f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f}"]
+        for key in ("paired", "paired_with_uniform"):
+            p = summary[key].get(name)
+            cells.append("" if p is None else f"{100 * p['mean_difference']:+.1f} "
+                         f"({p['wins']} / {p['losses']}, p {p['p']:.3f})")
+        rows.append(cells)
+    return markdown(["variant", "accuracy (mean ± std)", "vs baseline (wins / losses, p)",
+                     "vs uniform"], rows, ["---", "---:", "---:", "---:"])
 
 
 # ------------------------------------------------------------------------------- the pages

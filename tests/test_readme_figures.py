@@ -1,12 +1,11 @@
-"""The figures of the guides (``docs/guides/*.md``) and of ``docs/benchmarks.md`` come from
-recorded outputs.
+"""The figures the guides (``docs/guides/*.md``) and ``docs/benchmarks.md`` quote in their prose
+or in tables not yet marked, against the recorded outputs.
 
-Their tables and sentences are rebuilt here from ``examples/outputs/*.json`` and
-``benchmarks/outputs/*.json``; every rebuilt row must appear verbatim on the page where that text
-lives (each test names its page), so a re-run that moves a figure fails this test until the page
-is updated with it. The README's and the results pages' tables are rendered from their JSON
-instead (``examples/results_tables.py``, checked by ``tests/test_results_tables.py``); a guide's
-table moves there once the guide marks it ``<!-- NAME table -->``.
+Each test rebuilds its text from ``examples/outputs/*.json`` and ``benchmarks/outputs/*.json`` and
+looks for it on its page, or checks a claim of the page against the JSON. Marked tables
+(``<!-- NAME table -->``: the README, ``docs/results/*.md`` and the guides on
+``examples/results_tables.py``'s ``PAGES``) are rendered from their JSON instead and checked by
+``tests/test_results_tables.py``.
 """
 
 import json
@@ -37,39 +36,6 @@ def pct(scores):
     """A probe row's accuracies on MR / SUBJ / SST-2 as the pages quote them (``62.3 / 82.7 /
     63.3``)."""
     return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in ("mr", "subj", "sst2"))
-
-
-REAL_TEXT = [("`gru` (the paper)", "gru"), ("`projected`", "projected"),
-             ("`projected` + `entmax15`", "projected_entmax15")]
-
-
-def real_text_row(label, variant):
-    """A row of the README's WikiText-2 -> MR graph table (4-epoch predictors)."""
-    metrics = load(f"wikitext2_{variant}_metrics.json")
-    stats = load(f"wikitext2_mr_stats_{variant}.json")
-    graphs = [row for name in ("forward", "backward") for row in stats["predictor"][name]]
-    uniform = stats["uniform"]["forward"][0]["entropy"]
-    entropy = [g["entropy"] for g in graphs]
-    mean = sum(entropy) / len(entropy)
-    return (f"| {label} | {metrics['val_perplexity']:.0f} | "
-            + " / ".join(f"{e:.2f}" for e in entropy)
-            + f" | {100 * mean / uniform:.0f}% | {sum(g['sources'] for g in graphs) / 4:.1f} | "
-            f"{sum(g['adjacent'] for g in graphs) / 4:.2f} |")
-
-
-def uniform_row(variant="projected"):
-    uniform = load(f"wikitext2_mr_stats_{variant}.json")["uniform"]["forward"][0]
-    return (f"| uniform graph | - | {uniform['entropy']:.2f} (every graph) | 100% | "
-            f"{uniform['sources']:.1f} | {uniform['adjacent']:.2f} |")
-
-
-def test_real_text_table_matches_the_recorded_runs():
-    doc = page("docs/guides/pretraining.md")
-    rows = [real_text_row(*args) for args in REAL_TEXT
-            if os.path.exists(os.path.join(OUTPUTS, f"wikitext2_mr_stats_{args[1]}.json"))]
-    assert len(rows) >= 2
-    for row in rows + [uniform_row()]:
-        assert row in doc, f"page lacks: {row}"
 
 
 def transfer_overhead_row(auto, chained):
@@ -268,37 +234,18 @@ def test_speed_figures_come_from_the_benchmark_json():
 
 # ----------------------------------------------------------------------------- GLoMo on images
 
-def images_rows():
-    """The README's GLoMo-on-images figures, from examples/outputs/glomo_images*.json."""
-    result = load("glomo_images.json")
-    recovery = result["planted"]["recovery"]
-    fw, bw = recovery["forward"], recovery["backward"]
-    rows = [f"| planted 2-D corpus | {fw['best_head']['share']:.2f} / {bw['best_head']['share']:.2f}"
-            f" | {fw['positional_baseline']['share']:.2f} / {bw['positional_baseline']['share']:.2f}"
-            f" | {fw['chance']:.2f} / {bw['chance']:.2f} |"]
-    summary = result["digits"]["summary"]
-    v = summary["variants"]
-    for name in ("baseline", "glomo", "uniform"):
-        cells = f"| {name} | {100 * v[name]['mean']:.1f} ± {100 * v[name]['std']:.1f} |"
-        for table in ("paired", "paired_with_uniform"):
-            p = summary[table].get(name)
-            cells += (" |" if p is None else
-                      f" {100 * p['mean_difference']:+.1f} ({p['wins']} / {p['losses']}, "
-                      f"p {p['p']:.3f}) |")
-        rows.append(cells)
+def cifar_shape_sentence():
     shape = load("glomo_images_cifar_shape.json")["cifar_shape"]
-    rows.append(f"{shape['seconds_per_step']['pretraining_step']:.2f} s per pretraining step and "
-                f"{shape['seconds_per_step']['classifier_step']:.2f} s per classifier step at "
-                f"batch {shape['batch_size']}; the graphs take "
-                f"{shape['graphs_megabytes_per_batch']:.0f} MB a batch, peak memory "
-                f"{shape['peak_rss_megabytes'] / 1024:.1f} GB")
-    return rows
+    return (f"{shape['seconds_per_step']['pretraining_step']:.2f} s per pretraining step and "
+            f"{shape['seconds_per_step']['classifier_step']:.2f} s per classifier step at "
+            f"batch {shape['batch_size']}; the graphs take "
+            f"{shape['graphs_megabytes_per_batch']:.0f} MB a batch, peak memory "
+            f"{shape['peak_rss_megabytes'] / 1024:.1f} GB")
 
 
 def test_images_figures_come_from_the_recorded_run():
+    """The tables of docs/guides/images.md are rendered from this JSON; its prose figures here."""
     doc = page("docs/guides/images.md")
-    for row in images_rows():
-        assert row in doc, f"page lacks: {row}"
     result = load("glomo_images.json")
     summary = result["digits"]["summary"]
     versus_baseline = summary["paired"]["glomo"]
@@ -309,7 +256,7 @@ def test_images_figures_come_from_the_recorded_run():
                  f"the learned graphs score {-100 * versus_baseline['mean_difference']:.1f} points "
                  f"below the baseline (p {versus_baseline['p']:.3f}) and "
                  f"{-100 * versus_uniform['mean_difference']:.1f} below the uniform graph "
-                 f"(p {versus_uniform['p']:.3f})"):
+                 f"(p {versus_uniform['p']:.3f})", cifar_shape_sentence()):
         assert text in flat, text
 
 
