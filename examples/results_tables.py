@@ -20,7 +20,8 @@ sys.path.insert(0, HERE)
 
 PAGES = ("README.md", "docs/results/planted.md", "docs/results/transfer.md",
          "docs/results/where-graphs-pay.md", "benchmarks/README.md",
-         "docs/guides/related-models.md", "docs/guides/pretraining.md", "docs/guides/images.md")
+         "docs/guides/related-models.md", "docs/guides/pretraining.md", "docs/guides/images.md",
+         "docs/benchmarks.md")
 MARKER = re.compile(r"^<!-- (.+) table -->$")
 TABLES = {}  # marker name -> (page, function)
 
@@ -1089,6 +1090,46 @@ def images_digits_table():
         rows.append(cells)
     return markdown(["variant", "accuracy (mean ± std)", "vs baseline (wins / losses, p)",
                      "vs uniform"], rows, ["---", "---:", "---:", "---:"])
+
+
+# ----------------------------------------------------------------------- docs/benchmarks.md
+
+PEER_SPEED = (("graph extraction, both directions", "extract_throughput"),
+              ("the same plus the feature-predictor composition the peer's extract also runs",
+               "extract_throughput_features"),
+              ("extraction at T 512 (batch 4), glomo_tf returning the 8 heaviest sources per unit",
+               "extract_throughput_t512_top8"),
+              ("pretraining step (forward, loss, backward, clipped SGD)", "pretrain_throughput"))
+
+
+@table("peer speed", "docs/benchmarks.md")
+def peer_speed_table():
+    """glomo_tf against the peer, tokens/s (``benchmarks/outputs/extract_throughput*.json``,
+    ``pretrain_throughput.json``)."""
+    rows = []
+    for label, name in PEER_SPEED:
+        r = bench(name)
+        best = r["best_mode"]
+
+        def fastest(bfloat16):
+            modes = {m: t for m, t in r["tokens_per_s"].items()
+                     if m.endswith("_bf16") == bfloat16}
+            mode = max(modes, key=modes.get)
+            return f"{modes[mode]:,.0f} ({mode})"
+
+        at_best = r["ratio_best_vs_peer_best_rounds"]
+        float32 = r["ratio_vs_peers_rounds"]["float32"][best]
+        command = re.sub(r" --peer \S+", " --peer PYTHON", r["recorded"]["command"])
+        rows.append([label, f"`{command}`", fastest(False), fastest(True),
+                     f"{r['peers']['float32']['tokens_per_s']:,.0f}",
+                     f"{r['peers']['mixed_bfloat16']['tokens_per_s']:,.0f}",
+                     f"**{r['ratio_best_vs_peer_best']:.2f}x** (rounds {min(at_best):.2f}-"
+                     f"{max(at_best):.2f}x)",
+                     f"{r['ratio_vs_peers']['float32'][best]:.2f}x (rounds {min(float32):.2f}-"
+                     f"{max(float32):.2f}x)"])
+    return markdown(["what", "command", "glomo_tf float32", "glomo_tf bfloat16", "peer float32",
+                     "peer bfloat16", "glomo_tf best / peer at its best",
+                     "glomo_tf best / peer float32"], rows)
 
 
 # ------------------------------------------------------------------------------- the pages
