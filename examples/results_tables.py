@@ -1132,6 +1132,104 @@ def peer_speed_table():
                      "glomo_tf best / peer float32"], rows)
 
 
+# The transfer's cost table: each row's label and command, the figures from its JSON.
+TRANSFER_COST_ROWS = (
+    ('`M H` forward+backward, chained vs explicit form, batch 8',
+     '`python benchmarks/transfer_cost.py --seq 48 128 256 512 --batch 8 --d 64 --layers '
+     '2 --heads 4 --backward --threads 1` (`transfer_cost.json`)'),
+    ('what `GlomoTransfer` adds to a training step, batch 64, T 48',
+     '`python benchmarks/transfer_overhead.py --batch 64 --seq 48 --d 64 --layers 2 '
+     '--heads 4 --vocab 14143 --threads 1 [--propagation chained]` (recorded: '
+     '`benchmarks/outputs/transfer_overhead.json`, `transfer_overhead_chained.json`)'),
+    ('the same with the graph cache and top-8 graphs, and on uniform graphs',
+     '`python benchmarks/transfer_overhead.py --batch 64 --seq 48 --d 64 --layers 2 '
+     '--heads 4 --vocab 14143 --threads 1 --cache --top-k 8 --rounds 5 --uniform` '
+     '(recorded: `benchmarks/outputs/transfer_overhead_cache_topk.json`)'),
+    ('the same, every model under `mixed_bfloat16`',
+     '`... --cache --top-k 8 --rounds 5 --uniform --precision mixed_bfloat16` '
+     '(`transfer_overhead_cache_topk_bf16.json`)'),
+    ('the same, batch 16, T 128, d 256, 3 layers x 8 heads',
+     '`... --batch 16 --seq 128 --d 256 --layers 3 --heads 8 --cache --top-k 8 --rounds 3'
+     ' --iters 5 --uniform` (`transfer_overhead_cache_topk_large.json`)'),
+    ('dense vs top-8 `GraphMixture`, forward and backward, batch 4, rows of 8 sources',
+     '`python benchmarks/sparse_mixture.py --seq 48 128 256 512 1024 --batch 4 --d 64 '
+     '--layers 2 --heads 4 --support 8 --top-k 8 32 --backward --threads 1 --iters 3 '
+     '--warmup 1 --rounds 3` (`sparse_mixture.json`)'),
+)
+TRANSFER_COST_TAILS = (
+    '; outputs equal to 1e-6',
+    '; what remains per step is the mixture and the gated fusion (with cached candidates,'
+    ' only mixing them and applying the mixed graphs). The uniform-graph layer (no '
+    "predictor, one graph per direction, the same mixtures and the paper's gated fusion "
+    'of `[H ; M_1 H ; ...]`, `d (1 + 2 m)` = 320 wide, through the value and gate layers)'
+    ' is the floor of what `GlomoTransfer` adds at these sizes',
+    '; the top-k form is densified below `T = 64 k`, gathered from there on; equal to the'
+    ' dense output up to float round-off',
+)
+
+
+def _overhead(name):
+    """The added ms per step of each mode against self-attention's (``transfer_overhead*``)."""
+    r = bench(name)
+    added, ratio = r["added_ms_per_step"], r["ratio_added_over_mha_added"]
+    spread = r["ratio_added_over_mha_added_range"]
+    cells = [f"{label} +{added[mode]:.1f} ms, {ratio[mode]:.1f}x (rounds "
+             f"{spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)"
+             for mode, label in (("glomo", "online"), ("glomo_cached", "cached"),
+                                 ("glomo_cached_candidates", "cached candidates"),
+                                 ("glomo_cached_topk", "cached top-8"),
+                                 ("glomo_uniform", "uniform graphs"))]
+    return f"against self-attention's +{added['mha']:.1f} ms in the same run: " + "; ".join(cells)
+
+
+@table("transfer cost", "docs/benchmarks.md")
+def transfer_cost_table():
+    """The transfer's cost (``benchmarks/outputs/transfer_cost.json``, ``transfer_overhead*.json``,
+    ``sparse_mixture.json``)."""
+    cost = bench("transfer_cost")["results"]
+    both = cost["function/forward_backward"]["explicit_over_chained_ms"]
+    forward = cost["function/forward"]["explicit_over_chained_ms"]
+    results = ["explicit / chained time: " + ", ".join(f"{both[t]:.2f} at T {t}" for t in both)
+               + " (forward only: " + ", ".join(f"{forward[t]:.2f}" for t in forward) + ")"
+               + TRANSFER_COST_TAILS[0]]
+
+    def cell(result):
+        rounds = result["ratio_glomo_added_over_mha_added_rounds"]
+        return (result["added_ms_per_step"]["glomo"], result["added_ms_per_step"]["mha"],
+                result["ratio_glomo_added_over_mha_added"], min(rounds), max(rounds))
+
+    ga, ma, ra, la, ha = cell(bench("transfer_overhead"))
+    gc, mc, rc, lc, hc = cell(bench("transfer_overhead_chained"))
+    results.append(f"+{ga:.1f} ms per step with `propagation=\"auto\"` against +{ma:.1f} ms for a "
+                   f"`MultiHeadAttention` layer of the same width: {ra:.1f}x what self-attention "
+                   f"adds (rounds {la:.1f}-{ha:.1f}x); with `--propagation chained` +{gc:.1f} ms "
+                   f"against +{mc:.1f} ms, {rc:.1f}x (rounds {lc:.1f}-{hc:.1f}x)")
+    fill = bench("transfer_overhead_cache_topk")["cache_fill"]["glomo_cached_candidates"]
+    results.append(_overhead("transfer_overhead_cache_topk")
+                   + f". Filling the candidates cache (the first epoch's extra work) took "
+                   f"{fill['ms_total']:,.0f} ms for its {fill['batches']} batches, "
+                   f"{fill['ms_per_batch']:.0f} ms a batch with the predictor's first call "
+                   f"traced, {fill['cache_mb']:.0f} MB" + TRANSFER_COST_TAILS[1])
+    results.append(_overhead("transfer_overhead_cache_topk_bf16"))
+    large = bench("transfer_overhead_cache_topk_large")
+    ratio, spread = large["ratio_added_over_mha_added"], large["ratio_added_over_mha_added_range"]
+    results.append("added cost over self-attention's: " + ", ".join(
+        f"{label} {ratio[mode]:.1f}x (rounds {spread[mode][0]:.1f}-{spread[mode][1]:.1f}x)"
+        for mode, label in (("glomo", "online"), ("glomo_cached", "cached"),
+                            ("glomo_cached_candidates", "cached candidates"),
+                            ("glomo_uniform", "uniform graphs"))))
+    sweep = bench("sparse_mixture")
+    lengths = [str(t) for t in sweep["config"]["seq"]]
+    dense = " / ".join(f"{sweep['results']['dense'][t]['ms_median']:.1f}" for t in lengths)
+    top8 = " / ".join(f"{sweep['results']['top_k=8'][t]['ms_median']:.1f}" for t in lengths)
+    results.append(f"dense {dense} ms, top-8 {top8} ms at T {' / '.join(lengths)} "
+                   f"({sweep['dense_ms_over_form_ms']['top_k=8'][lengths[-1]]:.2f}x at T "
+                   f"{lengths[-1]})" + TRANSFER_COST_TAILS[2])
+    return markdown(["what", "command", "result"],
+                    [[label, command, result]
+                     for (label, command), result in zip(TRANSFER_COST_ROWS, results)])
+
+
 # ------------------------------------------------------------------------------- the pages
 
 def marked_tables(page):
