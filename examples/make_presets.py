@@ -63,11 +63,12 @@ def write_books(run_dir):
 def write_demo(run_dir):
     import numpy as np
 
-    from glomo_tf.presets import load_preset_predictor, preset_metadata
+    from glomo_tf import GraphPredictor
+    from glomo_tf.presets import preset_metadata
     source = os.path.join(run_dir, "preset")
     info = preset_metadata(source)
     reference = np.load(os.path.join(source, "reference_graphs.npz"))
-    predictor = load_preset_predictor(source)
+    predictor = GraphPredictor.from_preset(source)
     keep = {k: info[k] for k in ("corpus", "data_licence", "tokens_seen",
                                  "planted_recovery_best_head")}
     keep["description"] = ("The predictor `glomo demo` trains on its planted corpus (ids, no "

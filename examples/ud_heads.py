@@ -53,7 +53,7 @@ def load(name):
     if os.path.isdir(name):
         return (load_graph_predictor(os.path.join(name, "graph_predictor.keras")),
                 Tokenizer.load(os.path.join(name, "tokenizer")))
-    from glomo_tf.presets import load_preset
+    from glomo_tf.saving import load_preset
 
     return load_preset(name)
 

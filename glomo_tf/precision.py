@@ -4,7 +4,8 @@ Python users set it as any Keras user does, ``keras.config.set_dtype_policy("mix
 (or ``dtype="mixed_bfloat16"`` on one layer); every glomo_tf layer honours it, computing in bfloat16
 and keeping its variables in float32, with Eq. 1's normalisation, batch-norm statistics, softmaxes
 and losses in float32. The ``glomo`` commands and the run configs take ``precision`` (the
-``--precision`` flag) and apply it for the duration of the run with :func:`precision_scope`.
+``--precision`` flag) and apply it for the duration of the run with :func:`precision_scope`; a
+built predictor moves to another policy with :func:`with_dtype_policy`.
 
 Where bfloat16 pays: on CPUs with bfloat16 matrix instructions (``avx512_bf16``, AMX), TensorFlow's
 oneDNN kernels multiply bfloat16 matrices at two (AVX-512) to four (AMX) times the float32 rate,
@@ -56,3 +57,24 @@ def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
     except OSError:
         pass
     return False
+
+
+def with_dtype_policy(predictor, dtype):
+    """``predictor`` computing under the dtype policy ``dtype``: the same layer when it already
+    does, else a copy made from its config with that policy and given its weights (which stay
+    float32 under ``mixed_bfloat16``). A saved layer keeps the policy it was saved with, whatever
+    the global policy, so this is how a float32 predictor runs in bfloat16 (and how a preset is
+    written in float32 from a predictor of any policy)."""
+    import keras
+
+    policy = keras.dtype_policies.get(dtype)
+    if predictor.dtype_policy.name == policy.name:
+        return predictor
+    if not predictor.built:
+        raise ValueError("with_dtype_policy needs a built GraphPredictor (call it once, or load "
+                         "it with load_graph_predictor).")
+    clone = type(predictor).from_config({**predictor.get_config(), "dtype": policy.name})
+    clone.build((None, None))
+    clone.set_weights(predictor.get_weights())
+    clone.trainable = predictor.trainable
+    return clone

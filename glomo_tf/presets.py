@@ -10,20 +10,26 @@ A preset directory holds::
     reference_graphs.npz   a few sequences and the graphs the predictor gave them when the preset
                            was written, to check a loaded preset against (:func:`check_preset`)
 
-``save_preset`` writes one (``glomo pretrain`` writes ``RUN/preset/`` at the end of a run);
-``load_preset``, ``GraphPredictor.from_preset``, ``Tokenizer.from_preset`` and
-``GlomoTransfer.from_preset`` read one by directory or by the name of a built-in preset
-(:func:`list_presets`), with no network and nothing from the run that made it::
+This module is the format: where presets are, and how a layer, a tokenizer, the metadata and
+the reference graphs are written and read. It imports no layer, tokenizer or model (it sits
+below them all): each class reads and writes itself on top of it,
+:meth:`GraphPredictor.from_preset` / :meth:`~glomo_tf.GraphPredictor.save_to_preset`,
+``Tokenizer.from_preset`` and ``GlomoTransfer.from_preset`` (through its predictor), by directory
+or by the name of a built-in preset (:func:`list_presets`), with no network and nothing from the
+run that made it. :func:`save_preset` calls the predictor's and the tokenizer's savers together
+(``glomo pretrain`` writes ``RUN/preset/`` with it); :func:`glomo_tf.load_preset` reads both::
 
     transfer = glomo_tf.GlomoTransfer.from_preset("glomo_books_en")
     tokenizer = glomo_tf.Tokenizer.from_preset("glomo_books_en")
     glomo_tf.save_preset(predictor, tokenizer, "my_preset", metadata={"corpus": [...]})
 """
 
+import contextlib
 import datetime
 import json
 import os
 import shutil
+import tempfile
 
 import numpy as np
 
@@ -44,10 +50,14 @@ class PresetError(ValueError):
     """A preset that cannot be found or read; the message names the file and the fix."""
 
 
-# --------------------------------------------------------------------------------- writing
+# ------------------------------------------------------------------- a predictor and its tokenizer
 def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="float32",
                 reference_texts=None, reference_ids=None):
     """Writes ``predictor`` and its ``tokenizer`` as a preset directory; returns its path.
+
+    The predictor's saver (:meth:`glomo_tf.GraphPredictor.save_to_preset`) and the tokenizer's
+    (:func:`save_tokenizer`) called together: the directory appears whole when both are written,
+    or not at all.
 
     Args:
         predictor: a built :class:`~glomo_tf.GraphPredictor`, or a
@@ -68,76 +78,133 @@ def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="f
     Returns:
         ``directory`` as a string.
     """
+    predictor = _predictor_argument(predictor, tokenizer)
+    if reference_texts is not None:
+        if tokenizer is None:
+            raise ValueError("reference_texts need the tokenizer; pass reference_ids for a "
+                             "predictor without one.")
+        reference_ids = tokenizer.encode(list(reference_texts)).to_tensor().numpy()
+    with writing(directory) as partial:
+        predictor.save_to_preset(partial, metadata=metadata, weights_dtype=weights_dtype,
+                                 reference_ids=reference_ids, reference_texts=reference_texts)
+        if tokenizer is not None:
+            save_tokenizer(partial, tokenizer)
+    return os.fspath(directory)
+
+
+def _predictor_argument(predictor, tokenizer):
+    """``predictor`` (a pretrainer's ``graph_predictor``), checked to come first, before the
+    tokenizer (or None) and the directory."""
     import keras
 
-    from glomo_tf import __version__
-    from glomo_tf.layers.graph_predictor import GraphPredictor
+    def a_predictor(value):
+        value = getattr(value, "graph_predictor", value)
+        return isinstance(value, keras.layers.Layer) and hasattr(value, "save_to_preset")
 
     if isinstance(tokenizer, (str, os.PathLike)):
         raise TypeError("save_preset(predictor, tokenizer, directory): the tokenizer comes "
                         "second (None for a predictor of token ids), the directory third.")
-    predictor = getattr(predictor, "graph_predictor", predictor)
-    if not isinstance(predictor, GraphPredictor):
+    if a_predictor(tokenizer) and not a_predictor(predictor):
+        raise TypeError(f"save_preset(predictor, tokenizer, directory): the predictor comes first "
+                        f"and the tokenizer second; got a {type(predictor).__name__} first and a "
+                        f"{type(tokenizer).__name__} second.")
+    if not a_predictor(predictor):
         raise TypeError(f"save_preset needs a GraphPredictor (or a GlomoPretrainer), got "
                         f"{type(predictor).__name__}.")
-    if not predictor.built:
-        raise ValueError("save_preset needs a built GraphPredictor: call it once, or load it "
-                         "with glomo_tf.load_graph_predictor.")
-    hparams.check_choice("weights_dtype", weights_dtype, WEIGHTS_DTYPES)
-    if tokenizer is not None and tokenizer.vocabulary_size != predictor.vocabulary_size:
-        raise ValueError(
-            f"the tokenizer has {tokenizer.vocabulary_size} ids and the predictor reads "
-            f"{predictor.vocabulary_size}: save the tokenizer the predictor was trained with.")
-    if reference_texts is not None and tokenizer is None:
-        raise ValueError("reference_texts need the tokenizer; pass reference_ids for a "
-                         "predictor without one.")
+    return getattr(predictor, "graph_predictor", predictor)
+
+
+def check_preset(preset, predictor=None):
+    """The largest absolute difference between the graphs ``predictor`` (default: the preset's
+    layer read afresh, :func:`read_layer`) gives the preset's reference sequences and the graphs
+    recorded with them."""
+    directory = preset_directory(preset)
+    token_ids, recorded = read_reference_graphs(directory)
+    predictor = predictor or read_layer(directory)
+    graphs = predictor(token_ids, training=False)["graphs"]
+    return float(np.abs(np.asarray(graphs, np.float32) - recorded).max())
+
+
+# --------------------------------------------------------------------------------- writing
+@contextlib.contextmanager
+def writing(directory):
+    """A new, empty directory to write a preset into, which replaces ``directory`` when the block
+    ends, so a preset is never half old, half new: it is written beside the target and moved into
+    place at the end (removed on an error, the previous preset left intact). ``directory`` must be
+    new, empty or a preset."""
     final = os.fspath(directory)
     _check_writable(final)
-    # Written beside the target and moved into place at the end: a preset is never half old,
-    # half new, and an interrupted save leaves the previous one intact.
-    directory = f"{final.rstrip(os.sep)}.partial-{os.getpid()}"
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-
-    from glomo_tf.saving import with_dtype_policy
-    source = with_dtype_policy(predictor, "float32")  # configs and references in float32
-    with open(os.path.join(directory, CONFIG_FILE), "w") as f:
-        json.dump(keras.saving.serialize_keras_object(source), f, indent=1)
-    weights_path = os.path.join(directory, WEIGHTS_FILE)
-    _weights_model(source).save_weights(weights_path)
-    if weights_dtype == "float16":
-        _store_half(weights_path)
-    if tokenizer is not None:
-        tokenizer.save(os.path.join(directory, TOKENIZER_ASSETS))
-    reference = None
-    if reference_texts is not None:
-        reference_ids = tokenizer.encode(list(reference_texts)).to_tensor().numpy()
-    if reference_ids is not None:
-        reference_ids = np.asarray(reference_ids, np.int32)
-        graphs = source(reference_ids, training=False)["graphs"].numpy().astype(np.float32)
-        np.savez_compressed(os.path.join(directory, REFERENCE_FILE), token_ids=reference_ids,
-                            graphs=graphs,
-                            texts=np.array(list(reference_texts or []), dtype=object).astype(str))
-        reference = {"sequences": int(reference_ids.shape[0])}
-    info = {
-        "format": PRESET_FORMAT, "format_version": PRESET_FORMAT_VERSION,
-        "class_name": "GraphPredictor",
-        "glomo_tf_version": __version__, "keras_version": keras.__version__,
-        "tensorflow_version": _tensorflow_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "parameters": int(source.count_params()),
-        "vocabulary_size": int(source.vocabulary_size),
-        "tokenizer": tokenizer.get_config() if tokenizer is not None else None,
-        "weights_dtype": weights_dtype,
-        "reference_graphs": reference,
-    }
-    info.update(metadata or {})
-    with open(os.path.join(directory, METADATA_FILE), "w") as f:
-        json.dump(info, f, indent=1)
+    partial = f"{final.rstrip(os.sep)}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if os.path.isdir(final):  # a preset (checked above) or an empty directory: replaced
         shutil.rmtree(final)
-    os.replace(directory, final)
-    return final
+    os.replace(partial, final)
+
+
+def write_layer(directory, layer, weights_dtype="float32"):
+    """``config.json`` and ``model.weights.h5`` of the built Keras ``layer`` (a model of ids
+    ``[batch, T]``), its float32 weights stored as ``weights_dtype``."""
+    import keras
+
+    hparams.check_choice("weights_dtype", weights_dtype, WEIGHTS_DTYPES)
+    with open(os.path.join(directory, CONFIG_FILE), "w") as f:
+        json.dump(keras.saving.serialize_keras_object(layer), f, indent=1)
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    _weights_model(layer).save_weights(weights_path)
+    if weights_dtype == "float16":
+        _store_half(weights_path)
+
+
+def write_metadata(directory, entries):
+    """Merges ``entries`` into the preset's ``metadata.json`` (written with the format, its
+    version, the versions of the code and the date when the preset has none yet)."""
+    path = os.path.join(directory, METADATA_FILE)
+    if os.path.isfile(path):
+        info = _read_json(directory, METADATA_FILE)
+    else:
+        import keras
+
+        from glomo_tf import __version__
+        info = {
+            "format": PRESET_FORMAT, "format_version": PRESET_FORMAT_VERSION,
+            "glomo_tf_version": __version__, "keras_version": keras.__version__,
+            "tensorflow_version": _tensorflow_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        }
+    info.update(entries)
+    with open(path, "w") as f:
+        json.dump(info, f, indent=1)
+
+
+def write_reference_graphs(directory, token_ids, graphs, texts=()):
+    """``reference_graphs.npz``: ``token_ids [N, T]``, the ``graphs`` the predictor gave them
+    and the ``texts`` they were read from (none for ids); returns the metadata entry."""
+    np.savez_compressed(os.path.join(directory, REFERENCE_FILE), token_ids=token_ids,
+                        graphs=np.asarray(graphs, np.float32),
+                        texts=np.array(list(texts), dtype=object).astype(str))
+    return {"sequences": int(np.shape(token_ids)[0])}
+
+
+def save_tokenizer(directory, tokenizer):
+    """Writes ``tokenizer`` (its ``save`` and ``get_config``) into the preset ``directory``:
+    its files under ``assets/tokenizer`` (replacing any there) and its settings in
+    ``metadata.json``; it must have the ids of the preset's predictor. Returns ``directory``."""
+    info = preset_metadata(directory)
+    if tokenizer.vocabulary_size != info.get("vocabulary_size"):
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocabulary_size} ids and the predictor reads "
+            f"{info.get('vocabulary_size')}: save the tokenizer the predictor was trained with.")
+    assets = os.path.join(directory, TOKENIZER_ASSETS)
+    shutil.rmtree(assets, ignore_errors=True)
+    tokenizer.save(assets)
+    write_metadata(directory, {"tokenizer": tokenizer.get_config()})
+    return os.fspath(directory)
 
 
 def _check_writable(directory):
@@ -150,26 +217,11 @@ def _check_writable(directory):
                              "empty directory (an existing preset there is replaced).")
 
 
-def _load_weights(model, weights, config):
-    """``model.load_weights(weights)``; a coupled predictor's preset of earlier versions (a
-    ``GraphPredictor`` config with ``coupled``) filed its weights under ``layers/graph_predictor``,
-    today's class under ``layers/coupled_graph_predictor``: read through a renamed copy."""
-    if config.get("class_name") != "GraphPredictor" or not config["config"].get("coupled"):
-        return model.load_weights(weights)
-    import tempfile
-
-    from glomo_tf.saving import rename_weight_groups
-    with tempfile.TemporaryDirectory() as scratch:
-        upgraded = shutil.copy(weights, os.path.join(scratch, WEIGHTS_FILE))
-        rename_weight_groups(upgraded, {"graph_predictor": "coupled_graph_predictor"})
-        return model.load_weights(upgraded)
-
-
-def _weights_model(predictor):
-    """The functional wrapper whose weights file holds the predictor's variables."""
+def _weights_model(layer):
+    """The functional wrapper whose weights file holds the layer's variables."""
     import keras
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    return keras.Model(token_ids, predictor(token_ids), name="glomo_preset")
+    return keras.Model(token_ids, layer(token_ids), name="glomo_preset")
 
 
 def _store_half(path):
@@ -200,6 +252,18 @@ def _store_half(path):
     with h5py.File(path, "r") as source, h5py.File(half, "w") as target:
         copy(source, target)
     os.replace(half, path)
+
+
+def rename_weight_groups(path, renames):
+    """Moves the layers ``{old: new}`` of the Keras weights file ``path`` (``layers/old`` ->
+    ``layers/new``), in place."""
+    import h5py
+
+    with h5py.File(path, "r+") as h5:
+        for old in renames:  # through temporary names: a new name may be an old one
+            h5.move(f"layers/{old}", f"layers/{old}.upgrading")
+        for old, new in renames.items():
+            h5.move(f"layers/{old}.upgrading", f"layers/{new}")
 
 
 def _tensorflow_version():
@@ -250,21 +314,16 @@ def preset_metadata(preset):
     return info
 
 
-def load_preset(preset, trainable=False, dtype=None):
-    """``(predictor, tokenizer)`` of ``preset`` (a directory or a built-in name).
+def read_layer(preset, cls=None, dtype=None):
+    """The Keras layer stored in ``preset`` (a directory or a built-in name), built, its weights
+    read, in the dtype policy ``dtype`` (default: the one it was saved with, float32).
 
-    The predictor is built and frozen unless ``trainable``; ``dtype`` is a dtype policy to run it
-    in (``"mixed_bfloat16"``), default float32. ``tokenizer`` is None for a preset of ids only.
+    The layer's class must be registered with Keras (imported): ``cls`` (for example
+    :class:`~glomo_tf.GraphPredictor`, whose ``from_preset`` calls this) is the class it must be
+    an instance of. Raises :class:`PresetError` naming the file for a preset that does not hold
+    one or cannot be read.
     """
-    directory = preset_directory(preset)
-    return load_preset_predictor(directory, trainable, dtype), load_preset_tokenizer(directory)
-
-
-def load_preset_predictor(preset, trainable=False, dtype=None):
-    """The preset's :class:`~glomo_tf.GraphPredictor` (see :func:`load_preset`)."""
     import keras
-
-    import glomo_tf.layers  # noqa: F401  (registers the classes)
 
     directory = preset_directory(preset)
     preset_metadata(directory)
@@ -272,29 +331,62 @@ def load_preset_predictor(preset, trainable=False, dtype=None):
     if dtype is not None:
         config = json.loads(json.dumps(config))
         config.setdefault("config", {})["dtype"] = keras.dtype_policies.get(dtype).name
+    kind = (cls or keras.layers.Layer).__name__
     try:
-        predictor = keras.saving.deserialize_keras_object(config)
+        layer = keras.saving.deserialize_keras_object(config)
     except Exception as error:
         raise PresetError(f"{os.path.join(directory, CONFIG_FILE)} does not describe a "
-                          f"GraphPredictor ({type(error).__name__}: {_first_line(error)}).") from None
+                          f"{kind} ({type(error).__name__}: {_first_line(error)}).") from None
+    if not isinstance(layer, cls or keras.layers.Layer):
+        raise PresetError(f"{os.path.join(directory, CONFIG_FILE)} describes a "
+                          f"{type(layer).__name__}, not a {kind}.")
     weights = _existing(directory, WEIGHTS_FILE)
-    model = _weights_model(predictor)
     try:
-        _load_weights(model, weights, config)
+        _load_weights(_weights_model(layer), weights, config)
     except Exception as error:
         raise PresetError(f"could not read the weights {weights} ({type(error).__name__}: "
                           f"{_first_line(error)}): the file is damaged or belongs to another "
                           "preset; write the preset again.") from None
-    predictor.trainable = trainable
-    return predictor
+    return layer
+
+
+def _load_weights(model, weights, config):
+    """``model.load_weights(weights)``; a coupled predictor's preset of earlier versions (a
+    ``GraphPredictor`` config with ``coupled``) filed its weights under ``layers/graph_predictor``,
+    today's class under ``layers/coupled_graph_predictor``: read through a renamed copy."""
+    if config.get("class_name") != "GraphPredictor" or not config["config"].get("coupled"):
+        return model.load_weights(weights)
+    with tempfile.TemporaryDirectory() as scratch:
+        upgraded = shutil.copy(weights, os.path.join(scratch, WEIGHTS_FILE))
+        rename_weight_groups(upgraded, {"graph_predictor": "coupled_graph_predictor"})
+        return model.load_weights(upgraded)
+
+
+def has_tokenizer(preset):
+    """Whether ``preset`` holds a tokenizer (a preset of token ids has none)."""
+    return preset_metadata(preset).get("tokenizer") is not None
+
+
+def tokenizer_directory(preset):
+    """The preset's tokenizer directory (``assets/tokenizer``), checked to exist."""
+    directory = preset_directory(preset)
+    if not has_tokenizer(directory):
+        raise PresetError(f"the preset {preset!r} has no tokenizer (its predictor reads ids): "
+                          "it cannot read text.")
+    _existing(directory, os.path.join(TOKENIZER_ASSETS, "vocab.txt"))
+    return os.path.join(directory, TOKENIZER_ASSETS)
 
 
 def load_preset_tokenizer(preset):
-    """The preset's :class:`~glomo_tf.data.Tokenizer`, or None for a preset of ids only."""
+    """The preset's :class:`~glomo_tf.data.Tokenizer`, or None for a preset of ids only.
+
+    Kept for ``Tokenizer.from_preset`` only, the one import of this module that points up (to
+    :mod:`glomo_tf.data.vocabulary`): it goes once the tokenizer reads itself from
+    :func:`tokenizer_directory` (``tests/test_import_order.py`` lists it as waiting)."""
     from glomo_tf.data.vocabulary import Tokenizer
 
     directory = preset_directory(preset)
-    if preset_metadata(directory).get("tokenizer") is None:
+    if not has_tokenizer(directory):
         return None
     path = tokenizer_directory(directory)
     try:
@@ -304,24 +396,10 @@ def load_preset_tokenizer(preset):
                           f"{_first_line(error)}") from None
 
 
-def tokenizer_directory(preset):
-    """The preset's tokenizer directory (``assets/tokenizer``), checked to exist."""
-    directory = preset_directory(preset)
-    if preset_metadata(directory).get("tokenizer") is None:
-        raise PresetError(f"the preset {preset!r} has no tokenizer (its predictor reads ids): "
-                          "it cannot read text.")
-    _existing(directory, os.path.join(TOKENIZER_ASSETS, "vocab.txt"))
-    return os.path.join(directory, TOKENIZER_ASSETS)
-
-
-def check_preset(preset, predictor=None):
-    """The largest absolute difference between the graphs ``predictor`` (default: the preset
-    loaded afresh) gives the preset's reference sequences and the graphs recorded with them."""
-    directory = preset_directory(preset)
-    recorded = np.load(_existing(directory, REFERENCE_FILE))
-    predictor = predictor or load_preset_predictor(directory)
-    graphs = predictor(recorded["token_ids"], training=False)["graphs"]
-    return float(np.abs(np.asarray(graphs, np.float32) - recorded["graphs"]).max())
+def read_reference_graphs(preset):
+    """``(token_ids [N, T], graphs)`` recorded with ``preset`` when it was written."""
+    recorded = np.load(_existing(preset_directory(preset), REFERENCE_FILE))
+    return recorded["token_ids"], recorded["graphs"]
 
 
 def _existing(directory, name):

@@ -1,10 +1,16 @@
-"""Saving and loading a graph predictor on its own, for transfer into downstream models."""
+"""Saving and loading a graph predictor on its own, for transfer into downstream models, and a
+preset's predictor with its tokenizer (:func:`load_preset`); the preset format is
+:mod:`glomo_tf.presets`, below the layers this module imports."""
 
 import os
 
 import keras
 
+from glomo_tf import presets
+from glomo_tf.data.vocabulary import Tokenizer
 from glomo_tf.layers.graph_predictor import GraphPredictor
+from glomo_tf.precision import with_dtype_policy
+from glomo_tf.presets import rename_weight_groups
 
 
 def save_graph_predictor(graph_predictor, filepath):
@@ -85,18 +91,6 @@ def upgrade_keras_file(filepath, output):
     return True
 
 
-def rename_weight_groups(path, renames):
-    """Moves the layers ``{old: new}`` of the Keras weights file ``path`` (``layers/old`` ->
-    ``layers/new``), in place."""
-    import h5py
-
-    with h5py.File(path, "r+") as h5:
-        for old in renames:  # through temporary names: a new name may be an old one
-            h5.move(f"layers/{old}", f"layers/{old}.upgrading")
-        for old, new in renames.items():
-            h5.move(f"layers/{old}.upgrading", f"layers/{new}")
-
-
 def _unique(name, used):
     """Keras' names for a functional model's layers of one class in its weights file: the class
     name in snake case, then ``_1``, ``_2``... (``keras.src.saving.saving_lib``)."""
@@ -116,12 +110,11 @@ def load_graph_predictor(filepath, trainable=False, dtype=None):
             (:func:`glomo_tf.save_preset`).
         trainable: bool, leave the predictor trainable (for fine-tuning).
         dtype: optional dtype policy to run it in (``"mixed_bfloat16"``, ``"float32"``); default:
-            the policy it was saved with. See :func:`with_dtype_policy`.
+            the policy it was saved with. See :func:`~glomo_tf.precision.with_dtype_policy`.
     """
     filepath = os.fspath(filepath)
-    from glomo_tf.presets import is_preset, load_preset_predictor
-    if os.path.isdir(filepath) and is_preset(filepath):
-        return load_preset_predictor(filepath, trainable=trainable, dtype=dtype)
+    if os.path.isdir(filepath) and presets.is_preset(filepath):
+        return GraphPredictor.from_preset(filepath, trainable=trainable, dtype=dtype)
     if os.path.isdir(filepath):
         run_file = os.path.join(filepath, "graph_predictor.keras")
         if not os.path.isfile(run_file):
@@ -150,19 +143,15 @@ def load_graph_predictor(filepath, trainable=False, dtype=None):
     return predictor
 
 
-def with_dtype_policy(predictor, dtype):
-    """``predictor`` computing under the dtype policy ``dtype``: the same layer when it already
-    does, else a copy made from its config with that policy and given its weights (which stay
-    float32 under ``mixed_bfloat16``). A saved layer keeps the policy it was saved with, whatever
-    the global policy, so this is how a float32 predictor runs in bfloat16."""
-    policy = keras.dtype_policies.get(dtype)
-    if predictor.dtype_policy.name == policy.name:
-        return predictor
-    if not predictor.built:
-        raise ValueError("with_dtype_policy needs a built GraphPredictor (call it once, or load "
-                         "it with load_graph_predictor).")
-    clone = type(predictor).from_config({**predictor.get_config(), "dtype": policy.name})
-    clone.build((None, None))
-    clone.set_weights(predictor.get_weights())
-    clone.trainable = predictor.trainable
-    return clone
+def load_preset(preset, trainable=False, dtype=None):
+    """``(predictor, tokenizer)`` of ``preset`` (a directory or a built-in name):
+    :meth:`glomo_tf.GraphPredictor.from_preset` and :meth:`glomo_tf.data.Tokenizer.from_preset`
+    together.
+
+    The predictor is built and frozen unless ``trainable``; ``dtype`` is a dtype policy to run it
+    in (``"mixed_bfloat16"``), default float32. ``tokenizer`` is None for a preset of ids only.
+    """
+    directory = presets.preset_directory(preset)
+    predictor = GraphPredictor.from_preset(directory, trainable=trainable, dtype=dtype)
+    tokenizer = Tokenizer.from_preset(directory) if presets.has_tokenizer(directory) else None
+    return predictor, tokenizer

@@ -37,7 +37,8 @@ def test_quick_demo_writes_metrics_and_figure(tmp_path, capsys):
     assert len(metrics["training"]["loss"]) == demo.QUICK["epochs"]
     # The trained predictor as a preset of ids: its recorded recovery is the report's, and a
     # fresh load gives the graphs recorded with it.
-    from glomo_tf.presets import check_preset, load_preset, preset_metadata
+    from glomo_tf.presets import check_preset, preset_metadata
+    from glomo_tf.saving import load_preset
     info = preset_metadata(str(out / "preset"))
     assert info["planted_recovery_best_head"] == {
         name: round(metrics["recovery"][name]["best_head"]["share"], 4)

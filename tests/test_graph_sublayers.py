@@ -265,7 +265,7 @@ def test_todays_files_keep_the_sub_layers_weights_apart(tmp_path):
 
 def test_committed_models_and_presets_load():
     """Every .keras file under examples/outputs and every built-in preset reads."""
-    from glomo_tf.presets import list_presets, load_preset_predictor
+    from glomo_tf.presets import list_presets
 
     files = [os.path.join(root, f) for root, _, names in os.walk(os.path.join(REPO, "examples"))
              for f in names if f.endswith(".keras")]
@@ -274,7 +274,7 @@ def test_committed_models_and_presets_load():
         model = load_keras_file(path)
         assert model.count_params() > 0
     for preset in list_presets():
-        predictor = load_preset_predictor(preset)
+        predictor = GraphPredictor.from_preset(preset)
         assert isinstance(predictor, GraphPredictor) and predictor.built
 
 
@@ -299,7 +299,6 @@ def test_run_directories_of_the_flat_predictor_load_and_resume(name, tmp_path, c
     --composition projected``): their predictor, preset and pretrainer files load with the
     graphs that code computed, and the run resumes from its checkpoint for a third epoch."""
     from glomo_tf import load_graph_predictor
-    from glomo_tf.presets import load_preset_predictor
     from test_pretrain_cli import TINY, glomo_pretrain
 
     expected = np.load(os.path.join(RUNS, "expected.npz"))
@@ -307,7 +306,7 @@ def test_run_directories_of_the_flat_predictor_load_and_resume(name, tmp_path, c
     run = str(tmp_path / name)
     shutil.copytree(os.path.join(RUNS, name), run)
     for predictor in (load_graph_predictor(run),
-                      load_preset_predictor(os.path.join(run, "preset")),
+                      GraphPredictor.from_preset(os.path.join(run, "preset")),
                       load_keras_file(os.path.join(run, "pretrainer.keras")).graph_predictor):
         assert predictor.coupled == (name == "coupled")
         np.testing.assert_allclose(predictor(ids)["graphs"], expected[f"{name}/graphs"],

@@ -246,7 +246,8 @@ def test_run_directory_holds_config_tokenizer_checkpoints_models_and_metrics(fin
                                   model.graph_predictor(ids)["graphs"].numpy())
 
     # RUN/preset: the same predictor and tokenizer, with what the run knows about them.
-    from glomo_tf.presets import load_preset, preset_metadata
+    from glomo_tf.presets import preset_metadata
+    from glomo_tf.saving import load_preset
     preset_predictor, preset_tokenizer = load_preset(os.path.join(run, "preset"))
     np.testing.assert_array_equal(preset_tokenizer.encode([PROBE], max_length=12).numpy(),
                                   tokenizer.encode([PROBE], max_length=12).numpy())

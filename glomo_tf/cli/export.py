@@ -78,8 +78,8 @@ def run(args):
 
 
 def _preset_predictor(directory):
-    from glomo_tf.presets import load_preset_predictor
-    return load_preset_predictor(directory)
+    from glomo_tf.layers.graph_predictor import GraphPredictor
+    return GraphPredictor.from_preset(directory)
 
 
 def _keras_file_predictor(model_path):

@@ -228,7 +228,7 @@ def load_encoders(runs=(), baselines=(), glomo_runs=(), batch_size=256, seed=0,
                           Tokenizer.load(os.path.join(run_dir, TOKENIZER_DIR)),
                           f"glomo:{_run_name(run_dir)}", batch_size=batch_size))
     for preset in glomo_presets:
-        from glomo_tf.presets import load_preset
+        from glomo_tf.saving import load_preset
         predictor, tokenizer = load_preset(preset)
         if tokenizer is None:
             raise ValueError(f"the preset {preset!r} has no tokenizer: it cannot read sentences.")

@@ -64,8 +64,7 @@ import tensorflow_text as tf_text
 
 from glomo_tf.data import vocabulary as vocab_lib
 from glomo_tf.layers.graph_predictor import GraphPredictor
-from glomo_tf.precision import check_precision
-from glomo_tf.saving import with_dtype_policy
+from glomo_tf.precision import check_precision, with_dtype_policy
 
 FORMAT = "glomo_tf.export"
 FORMAT_VERSION = 1
@@ -112,7 +111,7 @@ def export_saved_model(model, tokenizer, export_dir, model_name, version=None, m
         top_k: int, edges kept per receiving unit by the ``top_k_edges`` signatures.
         precision: None (the predictor's own dtype policy), ``"float32"`` or
             ``"mixed_bfloat16"``: the policy the served graph computes in
-            (:func:`glomo_tf.saving.with_dtype_policy`). The outputs are float32 either way;
+            (:func:`glomo_tf.precision.with_dtype_policy`). The outputs are float32 either way;
             bfloat16 is fast on serving CPUs with bfloat16 matrix units and GPUs, and runs,
             emulated and slower, elsewhere. ``metadata.json`` records it as ``precision``.
 

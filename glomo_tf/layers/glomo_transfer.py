@@ -158,14 +158,13 @@ class GlomoTransfer(keras.layers.Layer):
     @classmethod
     def from_preset(cls, preset, dtype=None, fine_tune=False, **kwargs):
         """A ``GlomoTransfer`` on the predictor of ``preset`` (a built-in name, see
-        :func:`glomo_tf.list_presets`, or a directory written by :func:`glomo_tf.save_preset`);
-        ``kwargs`` are the layer's other arguments. Feed it the preset's token ids
-        (:meth:`glomo_tf.data.Tokenizer.from_preset`).
+        :func:`glomo_tf.list_presets`, or a directory written by :func:`glomo_tf.save_preset`),
+        read by :meth:`GraphPredictor.from_preset`; ``kwargs`` are the layer's other arguments.
+        Feed it the preset's token ids (:meth:`glomo_tf.data.Tokenizer.from_preset`).
 
         >>> transfer = GlomoTransfer.from_preset("glomo_books_en", num_mixtures=2)
         """
-        from glomo_tf.presets import load_preset_predictor
-        predictor = load_preset_predictor(preset, trainable=fine_tune, dtype=dtype)
+        predictor = GraphPredictor.from_preset(preset, trainable=fine_tune, dtype=dtype)
         return cls(graph_predictor=predictor, fine_tune=fine_tune, **kwargs)
 
     def build(self, input_shape):

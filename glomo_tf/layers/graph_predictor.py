@@ -1,14 +1,18 @@
 """The GLoMo graph predictor ``g``: token embeddings, causal CNNs, and Eq. 1's multi-head graphs."""
 
+import os
+
 import keras
+import numpy as np
 import tensorflow as tf
 
-from glomo_tf import hparams, ops
+from glomo_tf import hparams, ops, presets
 from glomo_tf.hparams import COMPOSITIONS
 from glomo_tf.layers._common import compute_cast, direction_rows
 from glomo_tf.layers.conv_encoder import CausalConvEncoder
 from glomo_tf.layers.feature_predictor import FeaturePredictor
 from glomo_tf.layers.graph_scorer import LiveRowHinge, ScorerSettings
+from glomo_tf.precision import with_dtype_policy
 
 # Stacks of the decoupled predictor's convolution networks (CausalConvEncoder's outputs).
 _FW_KEY, _FW_QUERY, _BW_KEY, _BW_QUERY = range(4)
@@ -197,17 +201,49 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
     @classmethod
     def from_preset(cls, preset, trainable=False, dtype=None):
         """The predictor of ``preset``: a built-in name (:func:`glomo_tf.list_presets`) or a
-        directory written by :func:`glomo_tf.save_preset`; frozen unless ``trainable``, run in
-        the dtype policy ``dtype`` (default float32). Its tokenizer:
-        :meth:`glomo_tf.data.Tokenizer.from_preset`."""
-        from glomo_tf.presets import load_preset_predictor
-        return load_preset_predictor(preset, trainable=trainable, dtype=dtype)
+        directory written by :meth:`save_to_preset` (:func:`glomo_tf.save_preset`); frozen
+        unless ``trainable``, run in the dtype policy ``dtype`` (default float32). Its
+        tokenizer: :meth:`glomo_tf.data.Tokenizer.from_preset`."""
+        predictor = presets.read_layer(preset, cls, dtype=dtype)
+        predictor.trainable = trainable
+        return predictor
 
-    def save_to_preset(self, preset_dir, tokenizer=None, **kwargs):
-        """Writes this predictor (and the ``tokenizer`` whose ids it reads) as a preset
-        directory: :func:`glomo_tf.save_preset`, whose other arguments ``kwargs`` are."""
-        from glomo_tf.presets import save_preset
-        return save_preset(self, tokenizer, preset_dir, **kwargs)
+    def save_to_preset(self, preset_dir, tokenizer=None, metadata=None, weights_dtype="float32",
+                       reference_ids=None, reference_texts=None):
+        """Writes this predictor as a preset directory (replacing a preset there); returns its
+        path.
+
+        ``metadata`` is merged into ``metadata.json``; ``weights_dtype="float16"`` halves the
+        weights file; the graphs of ``reference_ids`` (int ``[N, T]``, read from
+        ``reference_texts``) are recorded in float32, for :func:`glomo_tf.presets.check_preset`.
+        With the ``tokenizer`` whose ids it reads (``reference_texts`` then need no ids), this
+        is :func:`glomo_tf.save_preset`, which writes both.
+        """
+        if tokenizer is not None:
+            return presets.save_preset(self, tokenizer, preset_dir, metadata=metadata,
+                                       weights_dtype=weights_dtype, reference_ids=reference_ids,
+                                       reference_texts=reference_texts)
+        if not self.built:
+            raise ValueError("save_to_preset needs a built GraphPredictor: call it once, or load "
+                             "it with glomo_tf.load_graph_predictor.")
+        if reference_texts is not None and reference_ids is None:
+            raise ValueError("reference_texts need the tokenizer; pass reference_ids for a "
+                             "predictor without one.")
+        source = with_dtype_policy(self, "float32")  # configs and references in float32
+        with presets.writing(preset_dir) as directory:
+            presets.write_layer(directory, source, weights_dtype)
+            reference = None
+            if reference_ids is not None:
+                reference_ids = np.asarray(reference_ids, np.int32)
+                reference = presets.write_reference_graphs(
+                    directory, reference_ids, source(reference_ids, training=False)["graphs"],
+                    reference_texts or ())
+            presets.write_metadata(directory, {
+                "class_name": "GraphPredictor", "parameters": int(source.count_params()),
+                "vocabulary_size": int(source.vocabulary_size), "tokenizer": None,
+                "weights_dtype": weights_dtype, "reference_graphs": reference,
+                **(metadata or {})})
+        return os.fspath(preset_dir)
 
     def graphs_with_top_rows(self, token_ids, rows, training=False):
         """Every layer's graphs but the last, and the last layer's rows at ``rows`` only.
