@@ -21,7 +21,7 @@ sys.path.insert(0, HERE)
 PAGES = ("README.md", "docs/results/planted.md", "docs/results/transfer.md",
          "docs/results/where-graphs-pay.md", "benchmarks/README.md",
          "docs/guides/related-models.md", "docs/guides/pretraining.md", "docs/guides/images.md",
-         "docs/benchmarks.md")
+         "docs/benchmarks.md", "docs/guides/precision.md")
 MARKER = re.compile(r"^<!-- (.+) table -->$")
 TABLES = {}  # marker name -> (page, function)
 
@@ -1228,6 +1228,32 @@ def transfer_cost_table():
     return markdown(["what", "command", "result"],
                     [[label, command, result]
                      for (label, command), result in zip(TRANSFER_COST_ROWS, results)])
+
+
+# ----------------------------------------------------------------- docs/guides/precision.md
+
+@table("precision parity", "docs/guides/precision.md")
+def precision_parity_table():
+    """float32 against mixed_bfloat16 at equal steps (``demo.json``, ``demo_bfloat16.json``,
+    ``precision_parity.json``)."""
+    heads = [" / ".join(f"{output(n)['recovery'][d]['best_head']['share']:.2f}"
+                        for d in ("forward", "backward"))
+             for n in ("demo.json", "demo_bfloat16.json")]
+    parity = output("precision_parity.json")
+    ppl, paired = parity["pretraining"], parity["transfer_bf16_vs_float32"]
+    accuracy = {p: 100 * mean(parity["transfer"][p]["accuracy"].values())
+                for p in ("float32", "mixed_bfloat16")}
+    return markdown(["what", "float32", "mixed_bfloat16", "difference"], [
+        ["`glomo demo`, best heads forward / backward", heads[0], heads[1], ""],
+        [f"WikiText-2 validation perplexity after {ppl['float32']['steps']} steps",
+         f"{ppl['float32']['val_perplexity']:.1f}",
+         f"{ppl['mixed_bfloat16']['val_perplexity']:.1f}",
+         f"{100 * (parity['val_perplexity_bf16_over_float32'] - 1):+.1f}%"],
+        [f"MR `glomo_embeddings` accuracy, mean of {paired['seeds']} paired seeds (seed std "
+         f"{100 * parity['transfer_float32_seed_std']:.2f})", f"{accuracy['float32']:.2f}",
+         f"{accuracy['mixed_bfloat16']:.2f}",
+         f"{100 * paired['mean_difference']:+.2f} ({paired['wins']} up, {paired['losses']} down, "
+         f"p {paired['p']:.2f})"]])
 
 
 # ------------------------------------------------------------------------------- the pages
