@@ -56,8 +56,8 @@ def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="f
     """Writes ``predictor`` and its ``tokenizer`` as a preset directory; returns its path.
 
     The predictor's saver (:meth:`glomo_tf.GraphPredictor.save_to_preset`) and the tokenizer's
-    (:func:`save_tokenizer`) called together: the directory appears whole when both are written,
-    or not at all.
+    (:meth:`glomo_tf.data.Tokenizer.save_to_preset`) called together: the directory appears
+    whole when both are written, or not at all.
 
     Args:
         predictor: a built :class:`~glomo_tf.GraphPredictor`, or a
@@ -88,7 +88,7 @@ def save_preset(predictor, tokenizer, directory, metadata=None, weights_dtype="f
         predictor.save_to_preset(partial, metadata=metadata, weights_dtype=weights_dtype,
                                  reference_ids=reference_ids, reference_texts=reference_texts)
         if tokenizer is not None:
-            save_tokenizer(partial, tokenizer)
+            tokenizer.save_to_preset(partial)
     return os.fspath(directory)
 
 
@@ -192,9 +192,10 @@ def write_reference_graphs(directory, token_ids, graphs, texts=()):
 
 
 def save_tokenizer(directory, tokenizer):
-    """Writes ``tokenizer`` (its ``save`` and ``get_config``) into the preset ``directory``:
-    its files under ``assets/tokenizer`` (replacing any there) and its settings in
-    ``metadata.json``; it must have the ids of the preset's predictor. Returns ``directory``."""
+    """Writes ``tokenizer`` (its ``save`` and ``get_config``) into the preset ``directory``, for
+    ``Tokenizer.save_to_preset``: its files under ``assets/tokenizer`` (replacing any there) and
+    its settings in ``metadata.json``; it must have the ids of the preset's predictor. Returns
+    ``directory``."""
     info = preset_metadata(directory)
     if tokenizer.vocabulary_size != info.get("vocabulary_size"):
         raise ValueError(
@@ -375,25 +376,6 @@ def tokenizer_directory(preset):
                           "it cannot read text.")
     _existing(directory, os.path.join(TOKENIZER_ASSETS, "vocab.txt"))
     return os.path.join(directory, TOKENIZER_ASSETS)
-
-
-def load_preset_tokenizer(preset):
-    """The preset's :class:`~glomo_tf.data.Tokenizer`, or None for a preset of ids only.
-
-    Kept for ``Tokenizer.from_preset`` only, the one import of this module that points up (to
-    :mod:`glomo_tf.data.vocabulary`): it goes once the tokenizer reads itself from
-    :func:`tokenizer_directory` (``tests/test_import_order.py`` lists it as waiting)."""
-    from glomo_tf.data.vocabulary import Tokenizer
-
-    directory = preset_directory(preset)
-    if not has_tokenizer(directory):
-        return None
-    path = tokenizer_directory(directory)
-    try:
-        return Tokenizer.load(path)
-    except (OSError, ValueError) as error:
-        raise PresetError(f"could not read the preset's tokenizer in {path}: "
-                          f"{_first_line(error)}") from None
 
 
 def read_reference_graphs(preset):

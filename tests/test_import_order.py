@@ -48,10 +48,6 @@ ORDER = [
 # Imports that point up or close a circle today, each with what removes it; the list only
 # shrinks (test_waiting_imports_are_still_there fails once one is gone, so it is struck off).
 WAITING = {
-    ("glomo_tf.presets", "glomo_tf.data.vocabulary"):
-        "presets.load_preset_tokenizer, which Tokenizer.from_preset calls: it goes once the "
-        "tokenizer reads itself from presets.tokenizer_directory (and writes itself with "
-        "presets.save_tokenizer as Tokenizer.save_to_preset)",
     ("glomo_tf.experiments.transfer", "glomo_tf.experiments.reading"):
         "run_reading, while reading.py takes transfer.py's helpers (_load_pretrained, splits, "
         "...): a circle until those helpers live in a module both import",

@@ -34,7 +34,7 @@ def test_the_predictor_and_the_tokenizer_save_themselves_one_after_the_other(par
                                     metadata={"corpus": ["two lines"]})
     assert not presets.has_tokenizer(path) and sorted(os.listdir(path)) == [
         "config.json", "metadata.json", "model.weights.h5", "reference_graphs.npz"]
-    assert presets.save_tokenizer(path, tokenizer) == path
+    assert tokenizer.save_to_preset(path) == path
     info = presets.preset_metadata(path)
     assert info["tokenizer"] == tokenizer.get_config() and info["corpus"] == ["two lines"]
     assert info["reference_graphs"] == {"sequences": len(CORPUS)}
@@ -42,7 +42,7 @@ def test_the_predictor_and_the_tokenizer_save_themselves_one_after_the_other(par
     np.testing.assert_array_equal(loaded_tokenizer.encode(CORPUS).to_tensor().numpy(), ids)
     assert presets.check_preset(path) < 1e-6 and presets.check_preset(path, loaded) < 1e-6
     with pytest.raises(ValueError, match="save the tokenizer the predictor was trained with"):
-        presets.save_tokenizer(path, Tokenizer.build(["one"]))
+        Tokenizer.build(["one"]).save_to_preset(path)
 
 
 def test_a_failed_write_leaves_the_previous_preset_and_no_partial_directory(parts, tmp_path):

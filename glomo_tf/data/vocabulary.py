@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from glomo_tf import hparams
+from glomo_tf import hparams, presets
 from glomo_tf.export import serving_ops
 
 PAD = "<pad>"
@@ -357,12 +357,19 @@ class Tokenizer(tf.Module):
     def from_preset(cls, preset):
         """The tokenizer of ``preset`` (a built-in name, see :func:`glomo_tf.list_presets`, or a
         directory written by :func:`glomo_tf.save_preset`): the ids its predictor reads."""
-        from glomo_tf.presets import PresetError, load_preset_tokenizer
-        tokenizer = load_preset_tokenizer(preset)
-        if tokenizer is None:
-            raise PresetError(f"the preset {preset!r} has no tokenizer: its predictor reads "
-                              "token ids, not text.")
-        return tokenizer
+        path = presets.tokenizer_directory(preset)
+        try:
+            return cls.load(path)
+        except (OSError, ValueError) as error:
+            raise presets.PresetError(f"could not read the preset's tokenizer in {path}: "
+                                      f"{str(error).strip().splitlines()[0][:300]}") from None
+
+    def save_to_preset(self, preset_dir):
+        """Writes this tokenizer into the preset ``preset_dir``, whose predictor is written
+        first (:meth:`glomo_tf.GraphPredictor.save_to_preset`; :func:`glomo_tf.save_preset`
+        writes both): ``assets/tokenizer`` and its settings in ``metadata.json``. Returns
+        ``preset_dir``."""
+        return presets.save_tokenizer(preset_dir, self)
 
     @property
     def vocabulary_size(self):
