@@ -169,3 +169,10 @@ class GlomoTokenizer(keras.layers.Layer):
     def from_preset(cls, preset, sequence_length=None, **kwargs):
         """The tokenizer of ``preset`` (a built-in name or a preset directory) as a layer."""
         return cls(Tokenizer.from_preset(preset), sequence_length=sequence_length, **kwargs)
+
+    def save_to_preset(self, preset_dir):
+        """Writes the vocabulary and its settings into the preset ``preset_dir``, whose
+        predictor is written first (:meth:`glomo_tf.GraphPredictor.save_to_preset`); returns
+        ``preset_dir`` (:meth:`Tokenizer.save_to_preset`)."""
+        self._check_vocabulary()
+        return self.tokenizer.save_to_preset(preset_dir)

@@ -83,3 +83,16 @@ def test_the_builtin_preset_tokenizer_as_a_layer():
     reference = Tokenizer.from_preset("glomo_books_en").encode(["The cat sat ."], max_length=5)
     np.testing.assert_array_equal(layer(["The cat sat ."]).numpy(), reference.numpy())
     assert layer.name.startswith("glomo_tokenizer")
+
+
+def test_saved_into_a_preset_beside_its_predictor_and_read_back(tmp_path):
+    from glomo_tf.layers import GraphPredictor
+
+    predictor = GraphPredictor(vocabulary_size=len(UNITS), hidden_dim=8, num_layers=1,
+                               num_heads=2)
+    predictor(np.array([[2, 3, 4]], "int32"))
+    path = predictor.save_to_preset(tmp_path / "preset")
+    GlomoTokenizer(UNITS, lowercase=True).save_to_preset(path)
+    layer = GlomoTokenizer.from_preset(path, sequence_length=3)
+    assert layer.get_vocabulary() == UNITS and layer.tokenizer.lowercase
+    np.testing.assert_array_equal(layer(["The CAT"]).numpy(), [[2, 3, 0]])
