@@ -14,22 +14,12 @@ comparison of the two (see docs/results/transfer.md and where-graphs-pay.md for 
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 
 def render_table(record):
@@ -52,6 +42,8 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     import keras
+    import tensorflow as tf
+    from _harness import recorded
 
     import glomo_tf
     from glomo_tf.data.labeled import load_sst
@@ -69,11 +61,8 @@ def main(argv=None):
             runs.append({"transfer_at": transfer_at, "seed": seed, "test_accuracy": accuracy,
                          "seconds": round(time.perf_counter() - start, 1)})
             print(json.dumps(runs[-1]))
-    record = {"command": "python examples/readme_classifier.py " + " ".join(
-                  sys.argv[1:] if argv is None else argv),
-              "date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, "
-              f"{os.cpu_count()} cores", "train_examples": len(train),
-              "test_examples": len(test), "epochs": args.epochs, "runs": runs}
+    record = {**recorded(tf), "train_examples": len(train), "test_examples": len(test),
+              "epochs": args.epochs, "runs": runs}
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             json.dump(record, handle, indent=1)

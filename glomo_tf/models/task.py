@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.models.classifier import build_classifier
 from glomo_tf.models.pair_classifier import build_pair_classifier
 from glomo_tf.preprocessing import GlomoTokenizer
@@ -104,8 +105,6 @@ class GlomoClassifier(keras.Model):
         """A classifier on ``preset``'s tokenizer and graph predictor (a built-in name, see
         :func:`glomo_tf.list_presets`, or a preset directory); ``sequence_length`` cuts every
         text to that many units (default: none, each batch padded to its longest)."""
-        from glomo_tf.layers.graph_predictor import GraphPredictor
-
         tokenizer = GlomoTokenizer.from_preset(preset, sequence_length=sequence_length)
         predictor = GraphPredictor.from_preset(preset) if transfer_at is not None else None
         return cls(tokenizer, predictor, num_classes=num_classes, transfer_at=transfer_at,
