@@ -1,9 +1,11 @@
-"""Renders every Markdown table of the results from the JSON it reports.
+"""Renders every Markdown table of the results, and every figure their prose quotes, from the
+JSON it reports.
 
-Every marked table of the README, ``docs/results/*.md`` and ``benchmarks/README.md``
-(``<!-- NAME table -->`` on the line above it; one function per table in
-``examples/results_tables.py``), and every ``NAME.md`` under ``examples/outputs/``, a view of one
-recorded JSON, never edited by hand:
+Every marked table and figure of the pages of ``examples/results_tables.py``'s ``PAGES`` (the
+README, ``docs/results/*.md``, the guides, ``docs/benchmarks.md``, ``benchmarks/README.md``:
+``<!-- NAME table -->`` on the line above a table, ``<!-- NAME figure -->...<!-- /NAME -->``
+around a figure; one function for each in ``examples/results_tables.py``), and every ``NAME.md``
+under ``examples/outputs/``, a view of one recorded JSON, never edited by hand:
 
 * ``*_results.md``: a ``glomo transfer`` run's ``results.json`` (kept as ``*_results.json``;
   ``listops_results.md`` is the transfer part of ``listops_graphs.json``), through
@@ -12,8 +14,8 @@ recorded JSON, never edited by hand:
 
 Run::
 
-    python examples/render_outputs.py          # rewrite every table from its JSON
-    python examples/render_outputs.py --check  # exit 1 naming each page or table that differs
+    python examples/render_outputs.py          # rewrite every table and figure from its JSON
+    python examples/render_outputs.py --check  # exit 1 naming each one that differs
 """
 
 import argparse
@@ -100,7 +102,8 @@ def rendered():
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 naming each table that differs from its JSON")
+                   help="write nothing; exit 1 naming each table or figure that differs from its "
+                   "JSON")
     args = p.parse_args(argv)
     import results_tables
 
@@ -113,8 +116,8 @@ def main(argv=None):
         with open(path, encoding="utf-8") as handle:
             same = handle.read() == markdown
         if args.check and not same:
-            differ = [f"<!-- {table} table -->" for table, (on_page, table_md) in
-                      results_tables.tables_of(name).items() if on_page != table_md
+            differ = [f"<!-- {marker} -->" for marker, (on_page, rendered_md) in
+                      results_tables.tables_of(name).items() if on_page != rendered_md
                       ] if name in pages else []
             stale.append(name + (f" ({', '.join(differ)})" if differ else ""))
         elif not same:

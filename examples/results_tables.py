@@ -1,11 +1,13 @@
-"""The tables of the results pages, each rendered from the recorded JSON it names.
+"""The tables and quoted figures of the results pages, each rendered from the recorded JSON it
+names.
 
 A page marks a table with an HTML comment, ``<!-- NAME table -->``, on the line above it; the table
-ends at the first blank line. Every marker on :data:`PAGES` has one function here, registered
-with :func:`table`, that reads its JSON (``examples/outputs/``, ``benchmarks/outputs/``) and
-returns the table's Markdown. ``python examples/render_outputs.py`` rewrites every marked table
-(and every ``examples/outputs/*.md``); ``--check`` writes nothing and names the tables that
-differ.
+ends at the first blank line. A figure that prose quotes sits between ``<!-- NAME figure -->`` and
+``<!-- /NAME -->`` (inline; the comments do not show in the rendered page). Every marker on
+:data:`PAGES` has one function here, registered with :func:`table` or :func:`figure`, that reads
+its JSON (``examples/outputs/``, ``benchmarks/outputs/``) and returns the table's Markdown or the
+figure's text. ``python examples/render_outputs.py`` rewrites every marked table and figure (and
+every ``examples/outputs/*.md``); ``--check`` writes nothing and names the ones that differ.
 """
 
 import functools
@@ -23,13 +25,24 @@ PAGES = ("README.md", "docs/results/planted.md", "docs/results/transfer.md",
          "docs/guides/related-models.md", "docs/guides/pretraining.md", "docs/guides/images.md",
          "docs/benchmarks.md", "docs/guides/precision.md")
 MARKER = re.compile(r"^<!-- (.+) table -->$")
+FIGURE = re.compile(r"<!-- ([^>]+?) figure -->(.*?)<!-- /\1 -->", re.S)
 TABLES = {}  # marker name -> (page, function)
+FIGURES = {}  # figure name -> (page, function)
 
 
 def table(name, page):
     """Registers a function as the renderer of ``<!-- name table -->`` on ``page``."""
     def register(function):
         TABLES[name] = (page, function)
+        return function
+    return register
+
+
+def figure(name, page):
+    """Registers a function as the renderer of ``<!-- name figure -->...<!-- /name -->`` on
+    ``page``."""
+    def register(function):
+        FIGURES[name] = (page, function)
         return function
     return register
 
@@ -1271,25 +1284,37 @@ def marked_tables(page):
     return found
 
 
+def marked_figures(page):
+    """``{name: the figure's text on the page}`` of every ``<!-- name figure -->`` on ``page``."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
+        return {m.group(1): m.group(2) for m in FIGURE.finditer(handle.read())}
+
+
 def tables_of(page):
-    """``{name: (the table on the page, the table rendered)}`` for every marked table of
-    ``page``."""
+    """``{name: (on the page, rendered)}`` for every marked table (``NAME table``) and figure
+    (``NAME figure``) of ``page``."""
     with open(os.path.join(REPO, page), encoding="utf-8") as handle:
         lines = handle.read().split("\n")
-    return {name: ("\n".join(lines[start:end]), TABLES[name][1]())
-            for name, (start, end) in marked_tables(page).items() if name in TABLES}
+    found = {f"{name} table": ("\n".join(lines[start:end]), TABLES[name][1]())
+             for name, (start, end) in marked_tables(page).items() if name in TABLES}
+    return found | {f"{name} figure": (text, FIGURES[name][1]())
+                    for name, text in marked_figures(page).items() if name in FIGURES}
 
 
 def render_page(page):
-    """``page``'s text with every marked table rendered again; raises ``ValueError`` naming a
-    marker that has no renderer here, or a renderer whose marker the page lacks."""
+    """``page``'s text with every marked table and figure rendered again; raises ``ValueError``
+    naming a marker that has no renderer here, or a renderer whose marker the page lacks."""
     with open(os.path.join(REPO, page), encoding="utf-8") as handle:
         lines = handle.read().split("\n")
     found = marked_tables(page)
-    expected = {name for name, (p, _) in TABLES.items() if p == page}
-    if set(found) != expected:
-        raise ValueError(f"{page}: markers without a renderer: {sorted(set(found) - expected)}; "
-                         f"renderers without a marker: {sorted(expected - set(found))}")
+    for kind, marked, registry in (("table", set(found), TABLES),
+                                   ("figure", set(marked_figures(page)), FIGURES)):
+        expected = {name for name, (p, _) in registry.items() if p == page}
+        if marked != expected:
+            raise ValueError(f"{page}: {kind} markers without a renderer: "
+                             f"{sorted(marked - expected)}; renderers without a marker: "
+                             f"{sorted(expected - marked)}")
     for name, (start, end) in sorted(found.items(), key=lambda item: -item[1][0]):
         lines[start:end] = TABLES[name][1]().split("\n")
-    return "\n".join(lines)
+    return FIGURE.sub(lambda m: (f"<!-- {m.group(1)} figure -->{FIGURES[m.group(1)][1]()}"
+                                 f"<!-- /{m.group(1)} -->"), "\n".join(lines))

@@ -1,7 +1,8 @@
-"""The results' tables are their recorded JSON rendered again: every table of the pages of
-``examples/results_tables.py``'s ``PAGES`` marked ``<!-- NAME table -->`` (it ends at the first
-blank line), by its function in ``examples/results_tables.py``, and every
-``examples/outputs/*.md``. ``python examples/render_outputs.py`` rewrites them all."""
+"""The results' tables and the figures their prose quotes are their recorded JSON rendered again:
+every ``<!-- NAME table -->`` (it ends at the first blank line) and every ``<!-- NAME figure
+-->...<!-- /NAME -->`` of the pages of ``examples/results_tables.py``'s ``PAGES``, by its function
+in ``examples/results_tables.py``, and every ``examples/outputs/*.md``. ``python
+examples/render_outputs.py`` rewrites them all."""
 
 import json
 import os
@@ -19,20 +20,13 @@ def recorded(name):
         return json.load(handle)
 
 
-@pytest.mark.parametrize("page, name", [(page, name) for page in TABLES.PAGES
-                                        for name in TABLES.marked_tables(page)])
-def test_the_marked_table_is_its_json_rendered(page, name):
-    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
-        lines = handle.read().split("\n")
-    start, end = TABLES.marked_tables(page)[name]
-    assert TABLES.TABLES[name][0] == page, f"<!-- {name} table --> belongs on another page"
-    assert "\n".join(lines[start:end]) == TABLES.TABLES[name][1](), (
-        f"{page}: <!-- {name} table --> differs from its JSON: python examples/render_outputs.py")
-
-
 @pytest.mark.parametrize("page", TABLES.PAGES)
-def test_every_marker_has_a_renderer_and_every_renderer_its_marker(page):
-    TABLES.render_page(page)  # raises ValueError naming the odd one out
+def test_the_pages_tables_and_figures_are_their_json_rendered(page):
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
+        text = handle.read()
+    rendered = TABLES.render_page(page)  # raises ValueError naming a marker without a renderer
+    differ = [m for m, (on_page, again) in TABLES.tables_of(page).items() if on_page != again]
+    assert text == rendered, f"{page}: {differ} differ from their JSON: examples/render_outputs.py"
 
 
 def test_a_rendered_table_moves_with_its_json(monkeypatch):
