@@ -1243,6 +1243,81 @@ def transfer_cost_table():
                      for (label, command), result in zip(TRANSFER_COST_ROWS, results)])
 
 
+@table("transfer limit", "docs/benchmarks.md")
+def transfer_limit_table():
+    """What the matrix products of each layer take at this CPU's bfloat16 product rate, against
+    the time the layer adds (``transfer_overhead_cache_topk_bf16.json``)."""
+    r = bench("transfer_overhead_cache_topk_bf16")
+    flops, bound, added = (r["matmul_flops_per_step"], r["matmul_bound_added_ms"],
+                           r["added_ms_per_step"])
+    rows = [[label, f"{(flops[mode] - flops['none']) / 1e9:.2f}", f"{bound[mode]:.1f} ms",
+             f"{added[mode]:.1f} ms", f"{bound[mode] / added[mode]:.0%}"]
+            for mode, label in (("glomo", "`GlomoTransfer`, online"),
+                                ("glomo_cached_candidates", "`GlomoTransfer`, cached candidates"),
+                                ("mha", "`MultiHeadAttention`"))]
+    return markdown(["layer", "its products (GFLOP a step)",
+                     f"at {r['matmul_gflop_per_s_n1024']:.0f} GFLOP/s", "time it adds",
+                     "products' share of that time"], rows, ["---"] + ["---:"] * 4)
+
+
+@figure("online bound", "docs/benchmarks.md")
+def online_bound_figure():
+    """The online path's products against self-attention's whole added time."""
+    r = bench("transfer_overhead_cache_topk_bf16")
+    bound, mha = r["matmul_bound_added_ms"]["glomo"], r["added_ms_per_step"]["mha"]
+    return f"{bound / mha:.1f} times what self-attention's whole layer adds, so 3x would leave " \
+           f"{3 * mha - bound:.1f} ms"
+
+
+@figure("fused normalization", "docs/benchmarks.md")
+def fused_normalization_figure():
+    """``--fused-normalization`` timed beside the default (``transfer_overhead_bf16_fused``)."""
+    r = bench("transfer_overhead_bf16_fused")
+    added, ratio = r["added_ms_per_step"], r["ratio_added_over_mha_added"]
+    rounds = r["ratio_added_over_mha_added_rounds"]
+    fewer = sum(f < g for f, g in zip(rounds["glomo_fused"], rounds["glomo"]))
+    return (f"{r['config']['rounds']} rounds), it adds {added['glomo_fused']:.1f} ms a step "
+            f"against the default's {added['glomo']:.1f} ({ratio['glomo_fused']:.1f}x against "
+            f"{ratio['glomo']:.1f}x self-attention's {added['mha']:.1f} ms), less in {fewer} of "
+            f"the {r['config']['rounds']} rounds")
+
+
+@figure("auto switch", "docs/benchmarks.md")
+def auto_switch_figure():
+    """Where ``propagation="auto"`` switches to the chains at the MR classifier's sizes (d 64,
+    2 layers x 4 heads): the layer's own count."""
+    from glomo_tf import GraphMixture
+
+    mixture = GraphMixture(num_mixtures=2)
+    return f"`T = {next(t for t in range(1, 4096) if not mixture.explicit_is_cheaper(t, 64, 2, 4))}`"
+
+
+@figure("explicit crossover", "docs/benchmarks.md")
+def explicit_crossover_figure():
+    """Between which measured lengths the explicit form stops being the faster one, training and
+    inference (``transfer_cost.json``)."""
+    results = bench("transfer_cost")["results"]
+
+    def between(ratios):
+        lengths = list(ratios)
+        last = max(i for i, t in enumerate(lengths) if ratios[t] < 1)
+        return f"between `T = {lengths[last]}` and `{lengths[last + 1]}`"
+
+    return (f"for training until somewhere "
+            f"{between(results['function/forward_backward']['explicit_over_chained_ms'])}, for "
+            f"inference only until somewhere "
+            f"{between(results['function/forward']['explicit_over_chained_ms'])}")
+
+
+@figure("peer machine", "docs/benchmarks.md")
+def peer_machine_figure():
+    """The CPU of the latest peer recording (``pretrain_throughput.json``)."""
+    machine = bench("pretrain_throughput")["recorded"]["machine"]
+    units = machine["bfloat16_units"]
+    return (f"{machine['cpus']}-core {machine['cpu']} with "
+            f"{'`' + '`, `'.join(units) + '`' if units else 'no'} bfloat16 units")
+
+
 # ----------------------------------------------------------------- docs/guides/precision.md
 
 @table("precision parity", "docs/guides/precision.md")

@@ -83,43 +83,6 @@ def test_the_transfer_cost_tables_runs_have_the_settings_it_names():
     assert (large["seq"], large["d"]) == (128, 256)
 
 
-def test_auto_propagation_switch_point_is_the_layers_count():
-    doc = page("docs/benchmarks.md")
-    from glomo_tf import GraphMixture
-
-    mixture = GraphMixture(num_mixtures=2)  # the MR classifier's sizes: d 64, 2 layers x 4 heads
-    switch = next(t for t in range(1, 4096) if not mixture.explicit_is_cheaper(t, 64, 2, 4))
-    assert f"switches to the chains at `T = {switch}` at these sizes" in " ".join(doc.split())
-
-
-# ----------------------------------------------------------------------------- speed vs the peer
-
-def transfer_cost_crossovers():
-    """Where the explicit form stops being the faster one, training and inference, as the README
-    says it: between the last measured ``T`` where it is faster and the next."""
-    with open(os.path.join(REPO, "benchmarks", "outputs", "transfer_cost.json"),
-              encoding="utf-8") as handle:
-        results = json.load(handle)["results"]
-
-    def between(ratios):
-        lengths = list(ratios)
-        last = max(i for i, t in enumerate(lengths) if ratios[t] < 1)
-        return f"between `T = {lengths[last]}` and `{lengths[last + 1]}`"
-
-    return (f"for training until somewhere "
-            f"{between(results['function/forward_backward']['explicit_over_chained_ms'])}, for "
-            f"inference only until somewhere "
-            f"{between(results['function/forward']['explicit_over_chained_ms'])}")
-
-
-def test_speed_figures_come_from_the_benchmark_json():
-    """Where docs/benchmarks.md's prose puts the explicit form's crossover (its tables are
-    rendered from their JSON by examples/results_tables.py)."""
-    doc = page("docs/benchmarks.md")
-    crossovers = transfer_cost_crossovers()
-    assert crossovers in " ".join(doc.split()), f"page lacks: {crossovers}"
-
-
 # ----------------------------------------------------------------------------- GLoMo on images
 
 def cifar_shape_sentence():
@@ -451,54 +414,6 @@ def load_benchmark(name):
     with open(os.path.join(REPO, "benchmarks", "outputs", f"{name}.json"),
               encoding="utf-8") as handle:
         return json.load(handle)
-
-
-def test_fused_normalization_sentence_comes_from_the_benchmark_json():
-    """The online path's bfloat16 figures: the default's from its recorded run, and the option
-    that also fuses Eq. 1's normalisation timed beside the default in the same rounds."""
-    doc = page("docs/benchmarks.md")
-    default = load_benchmark("transfer_overhead_cache_topk_bf16")
-    fused = load_benchmark("transfer_overhead_bf16_fused")
-    assert fused["config"]["fused_normalization"] and not default["config"]["fused_normalization"]
-    text = " ".join(doc.split())
-    ratio, added = default["ratio_added_over_mha_added"], fused["added_ms_per_step"]
-    rounds = fused["ratio_added_over_mha_added_rounds"]
-    fewer = sum(f < g for f, g in zip(rounds["glomo_fused"], rounds["glomo"]))
-    both = fused["ratio_added_over_mha_added"]
-    for figure in (f"online {ratio['glomo']:.1f}x in bfloat16 (the Xeon: 3.2x), cached "
-                   f"candidates {ratio['glomo_cached_candidates']:.1f}x (the Xeon: 1.6x)",
-                   "`benchmarks/outputs/transfer_overhead_bf16_fused.json`, "
-                   f"{fused['config']['rounds']} rounds), it adds {added['glomo_fused']:.1f} ms "
-                   f"a step against the default's {added['glomo']:.1f} ({both['glomo_fused']:.1f}x "
-                   f"against {both['glomo']:.1f}x self-attention's {added['mha']:.1f} ms), less in "
-                   f"{fewer} of the {fused['config']['rounds']} rounds"):
-        assert figure in text, f"page lacks: {figure}"
-
-
-def transfer_limit_sentence(result):
-    """The transfer's physical limit in bfloat16, from a ``transfer_overhead.py`` run."""
-    flops, bound = result["matmul_flops_per_step"], result["matmul_bound_added_ms"]
-    added = result["added_ms_per_step"]
-    return (f"its matrix products (the frozen predictor's CNNs, projections and scores, the "
-            f"hierarchical products, the mixture and the gated fusion, forward and backward) "
-            f"are {(flops['glomo'] - flops['none']) / 1e9:.2f} GFLOP a step against "
-            f"self-attention's {(flops['mha'] - flops['none']) / 1e9:.2f}: at this CPU's "
-            f"bfloat16 rate ({result['matmul_gflop_per_s_n1024']:.0f} GFLOP/s) "
-            f"{bound['glomo']:.1f} ms, {bound['glomo'] / added['mha']:.1f} times what "
-            f"self-attention's whole layer adds ({added['mha']:.1f} ms), so 3x would leave "
-            f"{3 * added['mha'] - bound['glomo']:.1f} ms for everything else. The step runs its "
-            f"products at {bound['glomo'] / added['glomo']:.0%} of that rate over its added "
-            f"time, self-attention at {bound['mha'] / added['mha']:.0%}. With cached candidates "
-            f"the products are {(flops['glomo_cached_candidates'] - flops['none']) / 1e9:.2f} "
-            f"GFLOP ({bound['glomo_cached_candidates']:.1f} ms of the "
-            f"{added['glomo_cached_candidates']:.1f} ms it adds)")
-
-
-def test_transfer_limit_sentence_comes_from_the_benchmark_json():
-    result = load_benchmark("transfer_overhead_cache_topk_bf16")
-    assert result["config"]["precision"] == "mixed_bfloat16"
-    text = " ".join(page("docs/benchmarks.md").split())
-    assert transfer_limit_sentence(result) in text, transfer_limit_sentence(result)
 
 
 def test_wide_book_run_and_its_max_pooled_states_come_from_their_json():
