@@ -1344,6 +1344,41 @@ def precision_parity_table():
          f"p {paired['p']:.2f})"]])
 
 
+def pct(scores):
+    """A probe row's accuracies on MR / SUBJ / SST-2 (``62.3 / 82.7 / 63.3``)."""
+    return " / ".join(f"{100 * scores[t]['accuracy']:.1f}" for t in ("mr", "subj", "sst2"))
+
+
+@figure("product rates", "docs/guides/precision.md")
+def product_rates_figure():
+    """This CPU's ``[1024, 1024]`` product rates (``pretrain_throughput.json``)."""
+    rates = bench("pretrain_throughput")["matmul_gflop_per_s_n1024"]
+    return (f"{rates['float32']['function']:.0f} GFLOP/s in float32 and "
+            f"{rates['mixed_bfloat16']['function']:.0f} in bfloat16 under `tf.function`, and at "
+            f"{rates['float32']['xla']:.0f} and {rates['mixed_bfloat16']['xla']:.0f} under XLA")
+
+
+@figure("step bound", "docs/guides/precision.md")
+def step_bound_figure():
+    """The pretraining step's products against its fastest time (``pretrain_throughput.json``)."""
+    speed = bench("pretrain_throughput")
+    bound = speed["matmul_bound_ms_per_step"]["mixed_bfloat16"]
+    step = speed["ms_per_iter_median"][speed["best_mode"]]
+    return (f"{speed['matmul_gflop_per_step']:.0f} GFLOP, {bound:.0f} ms at the bfloat16 product "
+            f"rate, {100 * bound / step:.0f}% of the fastest step ({step:.0f} ms, "
+            f"{speed['best_mode']})")
+
+
+@figure("sentence encoders", "docs/guides/precision.md")
+def precision_sentence_encoders_figure():
+    """The 512-unit sentence encoder in each precision (``sentence_encoders_units512*.json``)."""
+    half, full = (output(f"sentence_encoders_units512{s}.json") for s in ("_bfloat16", ""))
+    slow, fast = (r["pretraining"]["QT+SP+G2L"]["wall_time_s"] for r in (full, half))
+    return (f"{pct(half['probe']['QT+SP+G2L'])} on MR / SUBJ / SST-2 in bfloat16 against "
+            f"{pct(full['probe']['QT+SP+G2L'])} in float32, one seed each, and train "
+            f"{slow / fast:.2f} times as fast")
+
+
 # ------------------------------------------------------------------------------- the pages
 
 def marked_tables(page):

@@ -38,17 +38,24 @@ def test_a_rendered_table_moves_with_its_json(monkeypatch):
     assert TABLES.demo_table() != before
 
 
-def test_the_recorded_demo_is_the_default_run():
-    """The README's demo table is of a run with the demo's current settings."""
+@pytest.mark.parametrize("name, precision", [("demo.json", "float32"),
+                                             ("demo_bfloat16.json", "mixed_bfloat16")])
+def test_the_recorded_demos_are_the_default_run(name, precision):
+    """The README's demo table and the precision guide's bfloat16 row are of runs with the demo's
+    current settings; the bfloat16 run recovers the planted edges as the parity bar asks (best
+    head at least 0.95 in each direction)."""
     from glomo_tf.experiments import demo
 
-    metrics = recorded("demo.json")
+    metrics = recorded(name)
     assert {k: v for k, v in metrics["model"].items() if k != "parameters"} == demo.MODEL
     training = metrics["training"]
     assert (training["epochs"], training["steps_per_epoch"], training["batch_size"],
-            training["seed"]) == (demo.DEFAULTS["epochs"], demo.DEFAULTS["steps_per_epoch"],
-                                  demo.DEFAULTS["batch_size"], 0)
+            training["seed"], training.get("precision", "float32")) == (
+        demo.DEFAULTS["epochs"], demo.DEFAULTS["steps_per_epoch"], demo.DEFAULTS["batch_size"], 0,
+        precision)
     assert training["embedding_scale"] == demo.EMBEDDING_SCALE
+    for direction in ("forward", "backward"):
+        assert metrics["recovery"][direction]["best_head"]["share"] >= 0.95
 
 
 def test_the_ud_heads_json_holds_the_whole_yardstick():
@@ -147,6 +154,10 @@ def test_what_the_prose_says_of_the_tables_holds():
                for v in ("glomo_rnn", "uniform_rnn"))  # "on every seed"
     with open(os.path.join(REPO, "benchmarks", "outputs", "reader_epoch.json")) as handle:
         assert max(json.load(handle)["ratio_to_baseline"]["glomo_rnn"]) < 2  # "under twice"
+    parity = recorded("precision_parity.json")  # "within a percent", "inside the seeds' spread"
+    assert abs(parity["val_perplexity_bf16_over_float32"] - 1) < 0.01
+    assert abs(parity["transfer_bf16_vs_float32"]["mean_difference"]) < parity[
+        "transfer_float32_seed_std"]
 
 
 def test_the_papers_squad_rows_are_the_papers():
@@ -178,7 +189,7 @@ def test_mrpc_sits_barely_above_always_answering_paraphrase():
     import numpy as np
 
     from glomo_tf.data.pairs import load_mrpc
-    from glomo_tf.experiments.transfer import pair_splits
+    from glomo_tf.experiments.pairs import pair_splits
 
     record = recorded("mrpc_results.json")
     task = load_mrpc()
