@@ -1105,6 +1105,36 @@ def images_digits_table():
                      "vs uniform"], rows, ["---", "---:", "---:", "---:"])
 
 
+@figure("images time", "docs/guides/images.md")
+def images_time_figure():
+    """The whole run's wall time (``glomo_images.json``)."""
+    minutes, seconds = divmod(round(output("glomo_images.json")["wall_seconds"]), 60)
+    return f"{minutes} min {seconds} s"
+
+
+@figure("images verdict", "docs/guides/images.md")
+def images_verdict_figure():
+    """The learned graphs against the baseline and the uniform graph (``glomo_images.json``)."""
+    summary = output("glomo_images.json")["digits"]["summary"]
+    base, uniform = summary["paired"]["glomo"], summary["paired_with_uniform"]["glomo"]
+    return (f"{-100 * base['mean_difference']:.1f} points below the baseline (p {base['p']:.3f}) "
+            f"and {-100 * uniform['mean_difference']:.1f} below the uniform graph "
+            f"(p {uniform['p']:.3f})")
+
+
+@table("images cifar shape", "docs/guides/images.md")
+def images_cifar_shape_table():
+    """CIFAR-10's shape on this CPU (``glomo_images_cifar_shape.json``)."""
+    shape = output("glomo_images_cifar_shape.json")["cifar_shape"]
+    step = shape["seconds_per_step"]
+    return markdown(["`T`", "batch", "pretraining step", "classifier step", "graphs a batch",
+                     "peak memory"],
+                    [[f"{shape['T']:,}", shape["batch_size"], f"{step['pretraining_step']:.2f} s",
+                      f"{step['classifier_step']:.2f} s",
+                      f"{shape['graphs_megabytes_per_batch']:.0f} MB",
+                      f"{shape['peak_rss_megabytes'] / 1024:.1f} GB"]], ["---:"] * 6)
+
+
 # ----------------------------------------------------------------------- docs/benchmarks.md
 
 PEER_SPEED = (("graph extraction, both directions", "extract_throughput"),

@@ -83,34 +83,6 @@ def test_the_transfer_cost_tables_runs_have_the_settings_it_names():
     assert (large["seq"], large["d"]) == (128, 256)
 
 
-# ----------------------------------------------------------------------------- GLoMo on images
-
-def cifar_shape_sentence():
-    shape = load("glomo_images_cifar_shape.json")["cifar_shape"]
-    return (f"{shape['seconds_per_step']['pretraining_step']:.2f} s per pretraining step and "
-            f"{shape['seconds_per_step']['classifier_step']:.2f} s per classifier step at "
-            f"batch {shape['batch_size']}; the graphs take "
-            f"{shape['graphs_megabytes_per_batch']:.0f} MB a batch, peak memory "
-            f"{shape['peak_rss_megabytes'] / 1024:.1f} GB")
-
-
-def test_images_figures_come_from_the_recorded_run():
-    """The tables of docs/guides/images.md are rendered from this JSON; its prose figures here."""
-    doc = page("docs/guides/images.md")
-    result = load("glomo_images.json")
-    summary = result["digits"]["summary"]
-    versus_baseline = summary["paired"]["glomo"]
-    versus_uniform = summary["paired_with_uniform"]["glomo"]
-    minutes, seconds = divmod(round(result["wall_seconds"]), 60)
-    flat = " ".join(doc.split())
-    for text in (f"({minutes} min {seconds} s on the 2-core machine",
-                 f"the learned graphs score {-100 * versus_baseline['mean_difference']:.1f} points "
-                 f"below the baseline (p {versus_baseline['p']:.3f}) and "
-                 f"{-100 * versus_uniform['mean_difference']:.1f} below the uniform graph "
-                 f"(p {versus_uniform['p']:.3f})", cifar_shape_sentence()):
-        assert text in flat, text
-
-
 # ----------------------------------------------------------------------------- sentence encoders
 
 def sentence_encoder_figures(name):
