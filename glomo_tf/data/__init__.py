@@ -12,7 +12,8 @@ __all__, __getattr__, __dir__ = lazy_names(__name__, {
     "glomo_tf.data.corpus": (
         "check_vocabulary_matches", "count_undecodable", "pretraining_datasets", "text_lines",
         "tfds_lines", "windows"),
-    "glomo_tf.data.vocabulary": ("Tokenizer", "Vocabulary"),
+    "glomo_tf.data.tokenizer": ("Tokenizer",),
+    "glomo_tf.data.units": ("Vocabulary",),
     "glomo_tf.data.labeled": (
         "kfold_splits", "load_labeled_text", "load_mr", "load_sst", "load_subj", "load_tfds_text",
         "seeded_split", "shared_data_dir"),
