@@ -1,53 +1,33 @@
-"""TF Serving's REST API (https://www.tensorflow.org/tfx/serving/api_rest) on aiohttp.
+"""TF Serving's REST API on aiohttp: :class:`RestServer` holds a
+:class:`~glomo_tf.serving.rest_api.RestApi` and serves it on one event loop.
 
-Endpoints (paths are case-insensitive, as TF Serving's are; ``{l}`` is a version label)::
-
-    GET  /v1/models/{name}[/versions/{v}|/labels/{l}]            model status
-    GET  /v1/models/{name}[/versions/{v}|/labels/{l}]/metadata   model metadata (signature_def)
-    POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict    predictions (row or columnar)
-    POST /v1/models/{name}[/versions/{v}|/labels/{l}]:classify   tf.Example classification
-    POST /v1/models/{name}[/versions/{v}|/labels/{l}]:regress    tf.Example regression
-
-Every error is answered as ``{"error": "<message>"}`` with TF Serving's HTTP status for the error's
-canonical code (400 for INVALID_ARGUMENT, 404 for NOT_FOUND, 503 for UNAVAILABLE...), plus 413 for
-a body over the size limit. A request never takes the server down.
-
-As in TF Serving, which leaves HTTP to libevent, the HTTP/1.1 mechanics (request and header
-parsing, chunked bodies, keep-alive, lingering close) are a maintained library's: aiohttp and its
-C parser (llhttp). :class:`RestApi` is the transport-free handler, :class:`RestServer` mounts it.
+As in TF Serving, whose dispatcher holds its ``HttpRestApiHandler`` and leaves HTTP to libevent,
+the HTTP/1.1 mechanics (request and header parsing, chunked bodies, keep-alive, lingering close)
+are a maintained library's: aiohttp and its C parser (llhttp), with the refusals of
+:mod:`glomo_tf.serving.connection`. Every error is answered as ``{"error": "<message>"}`` with
+TF Serving's HTTP status for its canonical code. A request never takes the server down.
 """
 
 import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import json
 import logging
-import re
 import socket
 import threading
 import time
-import urllib.parse
-from http import HTTPStatus
 
-import numpy as np
-from aiohttp import web, web_protocol
+from aiohttp import web
 
-from glomo_tf.serving.core import message_json, metadata_json
+from glomo_tf.serving import connection
 from glomo_tf.serving.errors import ServingError, from_http_status, invalid
 from glomo_tf.serving.limits import Admission, too_large
 from glomo_tf.serving.monitoring import CONTENT_TYPE, Metrics
-from glomo_tf.serving.tensors import (DEFAULT_LIMITS, NUMPY_DTYPES, collection_paused,
-                                      columnar_json, float_tokens, is_b64_object,
-                                      json_to_array, row_json, short_type, show)
+from glomo_tf.serving.rest_api import Prediction, not_found_message, route_of
 
 log = logging.getLogger("glomo_tf.serving")
 access_log = logging.getLogger("glomo_tf.serving.access")
 
-PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
-                          r":(classify|regress|predict)", re.IGNORECASE)
-STATUS_PATH = re.compile(r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
-                         r"(?:/(metadata))?", re.IGNORECASE)
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
 HAS_BODY = ("POST", "PUT", "PATCH")  # requests that hold a worker turn while their body is read
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -60,262 +40,6 @@ MAX_LINE, MAX_HEADERS, IDLE_TIMEOUT, LINGER = 65536, 100, 120.0, 0.1
 DECODE_IN_POOL = 64 << 10  # bodies of this size or more are decoded in a worker thread
 
 
-def too_large_message(limit, size=None):
-    return (f"Request body {f'of {size} bytes ' if size else ''}exceeds the limit of {limit} "
-            "bytes (--max_request_bytes)")
-
-
-def not_found_message(method, path):
-    return f"Not found: {method} {path} (TF Serving's REST API is under /v1/models/)"
-
-
-def error_response(status, message):
-    """TF Serving's error answer: ``{"error": message}`` with the HTTP status."""
-    return web.Response(status=status, headers=JSON_HEADERS, body=json.dumps(
-        {"error": message}, ensure_ascii=False).encode("utf-8"))
-
-
-def parse_path(method, path):
-    """``(model name, version, label, verb)`` of a TF Serving REST path (``verb``: ``predict``,
-    ``classify``, ``regress``, ``metadata`` or ``""`` for the status), or None."""
-    pattern = PREDICT_PATH if method == "POST" else STATUS_PATH if method == "GET" else None
-    matched = pattern.fullmatch(path) if pattern else None
-    if matched is None:
-        return None
-    name, version, label, verb = matched.groups()
-    return (urllib.parse.unquote(name or ""), None if version is None else int(version),
-            None if label is None else urllib.parse.unquote(label), (verb or "").lower())
-
-
-def route_of(method, path):
-    """``(model name, API)`` of a request path, as the metrics label them."""
-    parsed = parse_path(method, path)
-    if parsed is None:
-        return "", "other"
-    name, _, _, verb = parsed
-    if method == "POST":
-        return name, verb
-    return name, "GetModelMetadata" if verb else "GetModelStatus"
-
-
-# ----------------------------------------------------------------------------- request decoding
-
-def parse_body(body):
-    """The JSON object of a request body (INVALID_ARGUMENT with the parse error otherwise)."""
-    if not body.strip():
-        raise invalid("JSON Parse error: The document is empty")
-    try:
-        with collection_paused:
-            doc = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise invalid(f"JSON Parse error: the body is not UTF-8 ({error})") from None
-    except json.JSONDecodeError as error:
-        raise invalid(f"JSON Parse error: {error.msg} at offset: {error.pos}") from None
-    except RecursionError:
-        raise invalid("JSON Parse error: the document is nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise invalid(f"JSON Value: {show(doc, 200)} Is not object")
-    return doc
-
-
-def decode_instances(instances, signature, limits=DEFAULT_LIMITS):
-    """Row format: ``"instances": [...]`` -> ``{alias: ndarray}`` with one row per instance.
-
-    ``limits`` bounds the elements of all instances together, checked before each is built."""
-    names = sorted(signature.inputs)
-    if not isinstance(instances, list):
-        raise invalid("Excepting 'instances' to be an list/array")
-    if not instances:
-        raise invalid("No values in 'instances' array: an empty batch cannot be predicted")
-    if not names:
-        raise invalid(f"Failed to get input map for signature: {signature.name}")
-
-    def is_object(value):
-        return isinstance(value, dict) and not is_b64_object(value)
-
-    objects = is_object(instances[0])
-    if not objects and len(names) > 1:
-        raise invalid("instances is a plain list, but expecting list of objects as multiple input "
-                      f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
-    columns = {name: [] for name in names}
-    elements = 0
-    for index, element in enumerate(instances):
-        if objects:
-            if not is_object(element):
-                raise invalid(f"Expecting object but got {type(element).__name__} at item "
-                              f"{index} of input list")
-            unknown = sorted(set(element) - set(names))
-            if unknown:
-                raise invalid(f"Failed to process element: {index} key: {unknown[0]} of "
-                              f"'instances' list. Error: JSON object: does not have named input: "
-                              f"{unknown[0]} (signature {signature.name!r} takes: "
-                              f"{', '.join(names)})")
-            if set(element) != set(names):
-                raise invalid(f"Failed to process element: {index} of 'instances' list. JSON "
-                              f"object: {show(element, 200)} keys must be equal to: "
-                              f"{','.join(names)}")
-            items = element.items()
-        else:
-            if is_object(element):
-                raise invalid(f"Expecting value/list but got object at item {index} of input "
-                              "list")
-            items = [(names[0], element)]
-        for name, value in items:
-            try:
-                array = json_to_array(value, signature.inputs[name].dtype, limits, elements)
-            except ServingError as error:
-                raise ServingError(error.code, f"Failed to process element: {index} key: {name} "
-                                   f"of 'instances' list. Error: {error.message}",
-                                   error.http_status) from None
-            column = columns[name]
-            if column and array.shape != column[0].shape:
-                raise invalid(f"Failed to process element: {index} key: {name} of 'instances' "
-                              f"list. Error: Expecting shape {list(column[0].shape)} but got: "
-                              f"{list(array.shape)} (all instances must have the same shape)")
-            column.append(array)
-            elements += array.size
-    return {name: np.stack(column) for name, column in columns.items()}
-
-
-def decode_inputs(value, signature, limits=DEFAULT_LIMITS):
-    """Columnar format: ``"inputs": value | {alias: value}`` -> ``{alias: ndarray}``."""
-    names = sorted(signature.inputs)
-    if not names:
-        raise invalid(f"Failed to get input map for signature: {signature.name}")
-    if not isinstance(value, dict) or is_b64_object(value):
-        if len(names) > 1:
-            raise invalid("inputs is a plain value/list, but expecting an object as multiple "
-                          f"input tensors required as per tensorinfo_map (inputs: "
-                          f"{', '.join(names)})")
-        return {names[0]: json_to_array(value, signature.inputs[names[0]].dtype, limits)}
-    unknown = sorted(set(value) - set(names))
-    if unknown:
-        raise invalid(f"'inputs' object has unknown input(s): {', '.join(unknown)} (signature "
-                      f"{signature.name!r} takes: {', '.join(names)})")
-    inputs, elements = {}, 0
-    for name in names:
-        if name not in value:
-            raise invalid(f"Missing named input: {name} in 'inputs' object.")
-        try:
-            inputs[name] = json_to_array(value[name], signature.inputs[name].dtype, limits,
-                                         elements)
-            elements += inputs[name].size
-        except ServingError as error:
-            raise ServingError(error.code, f"input {name}: {error.message}",
-                               error.http_status) from None
-    return inputs
-
-
-# ----------------------------------------------------------------------------- the API
-
-class Prediction:
-    """A decoded predict request: calling it runs it (waiting for its batch) and returns the
-    answer's JSON text; a front end that must not wait hands ``signature`` and ``inputs`` to
-    :meth:`~glomo_tf.serving.core.ServingCore.submit` and writes the outputs with ``writer``."""
-
-    __slots__ = ("core", "signature", "inputs", "writer", "timeout")
-
-    def __init__(self, core, signature, inputs, writer, timeout):
-        self.core = core
-        self.signature = signature
-        self.inputs = inputs
-        self.writer = writer
-        self.timeout = timeout
-
-    def __call__(self):
-        return self.writer(self.core.predict(self.signature, self.inputs, timeout=self.timeout))
-
-
-class RestApi:
-    """TF Serving's REST API without its transport, as TF Serving's ``HttpRestApiHandler`` is:
-    :meth:`dispatch` maps ``(method, path, body)`` to ``(HTTP status, answer)``, raising a
-    :class:`~glomo_tf.serving.errors.ServingError` whose canonical code gives the HTTP status.
-
-    Args:
-        core: the :class:`~glomo_tf.serving.core.ServingCore` (models, batcher, limits).
-        timeout_ms: how long a request may wait for a worker turn and then for its batch.
-    """
-
-    def __init__(self, core, timeout_ms=30000):
-        self.core = core
-        self.limits = core.limits
-        self.request_timeout = timeout_ms / 1000 if timeout_ms and timeout_ms > 0 else None
-
-    # -- routing
-    def dispatch(self, method, path, body):
-        """``(HTTP status, JSON text)``, or for a prediction ``(200, work)``: the decoded request,
-        whose ``work()`` runs it and returns the JSON text."""
-        parsed = parse_path(method, path)
-        if parsed is None:
-            raise invalid(f"Malformed request: {method} {path}")
-        name, version, label, verb = parsed
-        if verb == "metadata":
-            return 200, self.metadata(name, version, label)
-        if verb == "predict":
-            return 200, self.predict(name, version, label, body)
-        if verb:
-            return 200, self.classify_or_regress(verb, name, version, label, body)
-        return 200, self.status(name, version, label)
-
-    def status(self, name, version, label):
-        return json.dumps(message_json(self.core.status_response(name, version, label)), indent=1)
-
-    def metadata(self, name, version, label):
-        return json.dumps(metadata_json(self.core.metadata_response(name, version, label)),
-                          indent=1)
-
-    def classify_or_regress(self, verb, name, version, label, body):
-        from glomo_tf.serving import inference
-        doc = parse_body(body)
-        signature_name = doc.get("signature_name", "")
-        if not isinstance(signature_name, str):
-            raise invalid("'signature_name' key must be a string value.")
-        servable = self.core.manager.resolve(name, version, label)
-        signature = servable.signature(signature_name)
-        serialized = inference.serialized_examples_from_json(doc, verb,
-                                                             self.limits.max_request_bytes)
-        return lambda: self._classify_or_regress(verb, signature, serialized)
-
-    def _classify_or_regress(self, verb, signature, serialized):
-        from glomo_tf.serving import inference
-        if verb == "classify":
-            results = inference.classify(self.core, signature, serialized, self.request_timeout)
-            rows = []
-            for classes in results:
-                scores = float_tokens(np.array([score for _, score in classes], np.float32))
-                rows.append("[" + ", ".join(
-                    f"[{json.dumps(label.decode('utf-8', 'replace'), ensure_ascii=False)}, "
-                    f"{score}]" for (label, _), score in zip(classes, scores.tolist())) + "]")
-            return '{"results": [' + ", ".join(rows) + "]}"
-        values = inference.regress(self.core, signature, serialized, self.request_timeout)
-        return '{"results": [' + ", ".join(float_tokens(np.array(values, np.float32)).tolist()) \
-            + "]}"
-
-    def predict(self, name, version, label, body):
-        doc = parse_body(body)
-        signature_name = doc.get("signature_name", "")
-        if not isinstance(signature_name, str):
-            raise invalid(f"JSON Value: {show(signature_name, 200)} not formatted correctly. "
-                          "'signature_name' key must be a string value.")
-        servable = self.core.manager.resolve(name, version, label)
-        signature = servable.signature(signature_name)
-        if "instances" in doc and "inputs" in doc:
-            raise invalid("Not formatted correctly expecting only one of 'inputs' or "
-                          "'instances' keys to exist")
-        if "instances" in doc:
-            inputs, writer = decode_instances(doc["instances"], signature, self.limits), row_json
-        elif "inputs" in doc:
-            inputs, writer = decode_inputs(doc["inputs"], signature, self.limits), columnar_json
-        else:
-            raise invalid("Missing 'inputs' or 'instances' key")
-        unsupported = [f"{k}: {short_type(v.dtype)}" for k, v in signature.outputs.items()
-                       if v.dtype not in NUMPY_DTYPES]
-        if unsupported:
-            raise ServingError("UNIMPLEMENTED", f"outputs of signature {signature.name!r} cannot "
-                               f"be written as JSON ({', '.join(unsupported)}); use gRPC")
-        return Prediction(self.core, signature, inputs, writer, self.request_timeout)
-
-
 class _Exchange:
     """One request's bookkeeping: the answer's status and size, its canonical code, and the
     ``(model, API)`` its metrics count it under when not its path's."""
@@ -326,59 +50,9 @@ class _Exchange:
         self.status, self.size, self.code, self.cancel, self.route = None, 0, "OK", None, None
 
 
-class _Connection(web_protocol.RequestHandler):
-    """aiohttp's connection handler, whose own refusals (a malformed request line, header or
-    chunked body; a head over the size limits) are answered as TF Serving's JSON errors and
-    logged as one line, not as a server error with a traceback."""
-
-    def handle_error(self, request, status=500, exc=None, message=None):
-        if request.writer.output_size > 0:
-            raise ConnectionError("the answer was already being sent")
-        lines = (line.strip() for line in (message or HTTPStatus(status).phrase).splitlines())
-        text = " ".join(line for line in lines if line.strip("^ "))  # without the caret line
-        log.info("REST client %s refused: %s %s", request.remote, status, text)
-        answer = error_response(status, text)
-        answer.force_close()
-        return answer
-
-
-class _Server(web.Server):
-    """aiohttp's low-level server, counting connections for the cap of :class:`RestServer`."""
-
-    def __init__(self, rest, **settings):
-        super().__init__(rest.handle, request_factory=self._request, handler_cancellation=True,
-                         loop=rest.loop, **settings)
-        self.rest = rest
-
-    def __call__(self):
-        return _Connection(self, loop=self.rest.loop, **self._kwargs)
-
-    def _request(self, message, payload, protocol, writer, task):
-        return web.BaseRequest(message, payload, protocol, writer, task, self.rest.loop,
-                               client_max_size=self.rest.limits.max_request_bytes)
-
-    def connection_made(self, handler, transport):
-        rest = self.rest
-        (rest.open if len(rest.open) < rest.max_connections else rest.over).add(handler)
-        super().connection_made(handler, transport)
-
-    def connection_lost(self, handler, exc=None):
-        self.rest.open.discard(handler)
-        self.rest.over.discard(handler)
-        exchange = self.rest.waiting.pop(handler, None)
-        if exchange is not None:  # its request is still being served: take it off the queue
-            exchange.code = "CANCELLED"
-            if exchange.cancel is not None:
-                exchange.cancel()
-            peer = handler.transport.get_extra_info("peername") if handler.transport else None
-            peer = peer[:2] if isinstance(peer, tuple) else (peer, "")
-            log.info("REST client %s:%s went away: %s", *peer,
-                     type(exc).__name__ if exc else "closed")
-        super().connection_lost(handler, exc)
-
-
-class RestServer(RestApi):
-    """TF Serving's REST API on aiohttp: one event loop reads and answers every connection.
+class RestServer:
+    """A :class:`~glomo_tf.serving.rest_api.RestApi` served on aiohttp: one event loop reads and
+    answers every connection.
 
     A prediction is queued on the batcher without a thread waiting for it
     (:meth:`~glomo_tf.serving.core.ServingCore.submit`); the batch thread hands the outputs back
@@ -387,9 +61,9 @@ class RestServer(RestApi):
     a pool of ``workers`` threads, so that the loop never waits on a model or a large parse.
 
     Args:
-        core: the :class:`~glomo_tf.serving.core.ServingCore` (its ``limits`` and ``metrics``).
+        api: the :class:`~glomo_tf.serving.rest_api.RestApi` (its core's ``limits`` and
+            ``metrics``; its timeout bounds the wait for a worker and then for a batch).
         host, port: where to listen (port 0: a free port, see :attr:`port`).
-        timeout_ms: how long a request may wait for a worker and then for its batch.
         cors: answer with CORS headers.
         workers, max_queued: requests with a body read and decoded at once, and waiting for
             a turn (:class:`~glomo_tf.serving.limits.Admission`; more are refused with 503).
@@ -399,11 +73,13 @@ class RestServer(RestApi):
         access_log: log one line per request to the ``glomo_tf.serving.access`` logger.
     """
 
-    def __init__(self, core, host="127.0.0.1", port=0, timeout_ms=30000, cors=False,
-                 workers=4, max_queued=16, max_connections=64, body_timeout=30.0,
-                 metrics_path=None, access_log=False):
-        super().__init__(core, timeout_ms)
-        self.metrics = core.metrics or Metrics()
+    def __init__(self, api, host="127.0.0.1", port=0, cors=False, workers=4, max_queued=16,
+                 max_connections=64, body_timeout=30.0, metrics_path=None, access_log=False):
+        self.api = api
+        self.core = api.core
+        self.limits = api.limits
+        self.request_timeout = api.request_timeout
+        self.metrics = self.core.metrics or Metrics()
         self.cors = cors
         self.admission = Admission(workers, max_queued, "REST", "--rest_api_num_threads")
         self.max_connections = max_connections
@@ -457,8 +133,9 @@ class RestServer(RestApi):
                                  "INTERNAL")
         finally:
             self.waiting.pop(request.protocol, None)
-        if over or exchange.code != "OK" and request.can_read_body:
-            answer.force_close()  # over the cap, or its body maybe unread
+        if over or exchange.code != "OK" and request.can_read_body or \
+                getattr(request.protocol, "closing", bool)():
+            answer.force_close()  # over the cap, its body maybe unread, or its client done
         if self.cors:
             answer.headers.update(CORS_HEADERS)
         exchange.status, exchange.size = answer.status, answer.content_length or 0
@@ -488,12 +165,12 @@ class RestServer(RestApi):
     def _dispatch(self, method, path, body):
         if not path.lower().startswith("/v1/"):
             raise ServingError("NOT_FOUND", not_found_message(method, path))
-        return self.dispatch(method, path, body)
+        return self.api.dispatch(method, path, body)
 
     async def _read_body(self, request):
         limit = self.limits.max_request_bytes
         if request.content_length is not None and request.content_length > limit:
-            raise too_large(too_large_message(limit, request.content_length))
+            raise too_large(connection.too_large_message(limit, request.content_length))
         if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == \
                 "100-continue":  # as aiohttp's router does for its routes
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -504,9 +181,12 @@ class RestServer(RestApi):
             raise ServingError("DEADLINE_EXCEEDED", "the request body did not arrive within "
                                f"{self.body_timeout:g} s", 408) from None
         except web.HTTPRequestEntityTooLarge:
-            raise too_large(too_large_message(limit)) from None
-        except web_protocol.RequestPayloadError as error:  # a malformed chunked body
-            raise invalid(f"malformed request body: {error}") from None
+            raise too_large(connection.too_large_message(limit)) from None
+        except Exception as error:
+            refusal = connection.body_error(error)
+            if refusal is None:
+                raise
+            raise refusal from None
 
     @contextlib.asynccontextmanager
     async def _turn(self):
@@ -568,7 +248,7 @@ class RestServer(RestApi):
     @staticmethod
     def _error(exchange, status, message, code=None):
         exchange.code = code or from_http_status(status)
-        return error_response(status, message)
+        return connection.error_response(status, message)
 
     def _finished(self, request, path, exchange, seconds):
         """Count an answered request and write its access-log line."""
@@ -589,7 +269,7 @@ class RestServer(RestApi):
             asyncio.set_event_loop(self.loop)
 
             async def serve():
-                self._server = _Server(
+                self._server = connection.Server(
                     self, keepalive_timeout=IDLE_TIMEOUT, lingering_time=LINGER,
                     max_line_size=MAX_LINE, max_field_size=MAX_LINE, max_headers=MAX_HEADERS,
                     access_log=None, auto_decompress=False)
@@ -630,4 +310,3 @@ def _settle(future, outputs, error):
             future.set_result(outputs)
         else:
             future.set_exception(error)
-

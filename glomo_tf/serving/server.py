@@ -156,6 +156,7 @@ class ModelServer:
         from glomo_tf.serving.models import ModelManager
         from glomo_tf.serving.monitoring import Metrics
         from glomo_tf.serving.rest import RestServer
+        from glomo_tf.serving.rest_api import RestApi
         o = self.options
         self.metrics = Metrics()
         self.manager = ModelManager(self.models, tags=o["saved_model_tags"],
@@ -177,8 +178,8 @@ class ModelServer:
                 self._grpc.start()
             if self._ports["rest"] is not None:
                 self._rest = RestServer(
-                    self.core, self.host, self._ports["rest"], o["rest_api_timeout_in_ms"],
-                    o["cors"], workers=o["rest_api_num_threads"],
+                    RestApi(self.core, o["rest_api_timeout_in_ms"]), self.host,
+                    self._ports["rest"], o["cors"], workers=o["rest_api_num_threads"],
                     max_queued=o["max_queued_requests"],
                     max_connections=o["rest_api_max_connections"],
                     metrics_path=o["metrics_path"], access_log=o["access_log"])
