@@ -978,6 +978,360 @@ for _name in ("long", "units512", "units512_bfloat16", "books", "books_converged
     _probe_table(f"sentence_encoders_{_name}",
                  "sentence encoders " + _name.replace("_", " "))
 
+SENTENCE_TASKS = {"mr": "MR", "subj": "SUBJ", "sst2": "SST-2"}
+COUNTS = {0: "none", 1: "one", 2: "two", 3: "all three", 4: "four", 5: "five", 6: "six"}
+
+
+def points(a, b, shown=False):
+    """``a - b`` on MR / SUBJ / SST-2 in points (``shown``: of the one-decimal figures the tables
+    show)."""
+    digits = 1 if shown else 12
+    return " / ".join(f"{round(100 * a[t]['accuracy'], digits) - round(100 * b[t]['accuracy'], digits):.1f}"
+                      for t in SENTENCE_TASKS)
+
+
+def above(a, b):
+    """The tasks where ``a`` is above ``b``, by name (``["SUBJ"]``)."""
+    return [name for t, name in SENTENCE_TASKS.items() if a[t]["accuracy"] > b[t]["accuracy"]]
+
+
+def newest(name):
+    """``(the newest snapshot's curve point, the baselines)`` of a ``sentence_curve.py`` JSON."""
+    result = output(f"{name}.json")
+    return list(result["curve"].values())[-1], result["baselines"]["results"]
+
+
+def _figure(name, page="docs/guides/related-models.md"):
+    """Registers a function returning a figure's text (a short form of :func:`figure`)."""
+    return figure(name, page)
+
+
+@_figure("wikitext beaten")
+def wikitext_beaten_figure():
+    """Which trained encoders beat both baselines on some task (``sentence_encoders_long``)."""
+    beaten = [e for e, tasks in output("sentence_encoders_long.json")["comparisons"][
+        "beats_bow_and_random"].items() if any(tasks.values())]
+    return ("no trained encoder beats" if not beaten else ", ".join(beaten) + " beat" +
+            ("s" if len(beaten) == 1 else "")) + " both the bag of words and the random encoder"
+
+
+@_figure("wikitext first run")
+def wikitext_first_run_figure():
+    """The first, shorter run's full model and its probe's choices (``sentence_encoders.json``)."""
+    first = output("sentence_encoders.json")
+    chosen = [c for scores in first["probe"].values() for task in scores.values()
+              for c in (task["c"] if isinstance(task["c"], list) else [task["c"]])]
+    steps = first["pretraining"]["QT+SP+G2L"]["steps"]
+    return (f"{steps} steps, `examples/outputs/sentence_encoders.json`: QT+SP+G2L "
+            f"{pct(first['probe']['QT+SP+G2L'])} on MR / SUBJ / SST-2, probed over C in "
+            f"{{{', '.join(f'{c:g}' for c in first['settings']['c_values'])}}}); in that probe "
+            f"{sum(c == max(chosen) for c in chosen)} of the {len(chosen)} choices were the "
+            f"largest, {max(chosen):g}")
+
+
+@_figure("wikitext left out")
+def wikitext_left_out_figure():
+    """What leaving each objective out costs in mean accuracy (``sentence_encoders_long``)."""
+    drop = output("sentence_encoders_long.json")["comparisons"]["drop_when_left_out"]
+    return ("G2L costs {g2l:.1f} points of mean accuracy, SP {sp:.2f}, QT {qt:.2f}"
+            .format(**{k: 100 * v for k, v in drop.items()}))
+
+
+# The WikiText-budget runs whose objectives' losses the page tabulates: JSON, its run, the label.
+WIKITEXT_RUNS = (
+    ("sentence_encoders_long.json", "QT+SP+G2L", "QT+SP+G2L, 128 units"),
+    ("sentence_encoders_long.json", "QT+SP-G2L", "QT+SP (G2L left out)"),
+    ("sentence_encoders_long.json", "QT+G2L-SP", "QT+G2L (SP left out)"),
+    ("sentence_encoders_long.json", "SP+G2L-QT", "SP+G2L (QT left out)"),
+    ("sentence_encoders_long.json", "QT+SP+G2L+GLoMo", "QT+SP+G2L+GLoMo"),
+    ("sentence_encoders_units512.json", "QT+SP+G2L", "QT+SP+G2L, 512 units"),
+    ("sentence_encoders_units512_bfloat16.json", "QT+SP+G2L",
+     "QT+SP+G2L, 512 units, `mixed_bfloat16`"),
+    ("sentence_g2l_reduction.json", "sum", "QT+SP+G2L, G2L summed (Eq. 3.5; its own run)"),
+    ("sentence_g2l_reduction.json", "mean", "QT+SP+G2L, G2L averaged (`--g2l-reduction mean`)"),
+)
+
+
+@table("sentence encoders wikitext losses", "docs/guides/related-models.md")
+def wikitext_losses_table():
+    """Each WikiText-budget run's steps and last epoch's mean losses (``WIKITEXT_RUNS``)."""
+    rows = []
+    for name, run, label in WIKITEXT_RUNS:
+        record = output(name)
+        pre = (record["runs"][run] if "runs" in record else record)["pretraining"]
+        pre = pre.get(run, pre)
+        last = pre["last_epoch"]
+        rows.append([label, f"{pre['steps']:,}"] + [
+            f"{last[k]:.{d}f}" if k in last else "-" for k, _, d in BOOK_LOSSES])
+    return markdown(["encoder", "steps", "Quick Thoughts", "Self Prediction", "Global-to-Local"],
+                    rows, ["---"] + ["---:"] * 4)
+
+
+@table("sentence encoders width", "docs/guides/related-models.md")
+def sentence_width_table():
+    """128 against 512 units a direction at the WikiText budget, in points
+    (``sentence_encoders_long.json``, ``sentence_encoders_units512.json``)."""
+    narrow, wide = (output(f"sentence_encoders_{n}.json")["probe"] for n in ("long", "units512"))
+    full, bow, rand = "QT+SP+G2L", "bow", "random"
+    rows = [["the full model: 512 units minus 128", points(wide[full], narrow[full], True)],
+            ["the random encoder: 2,048-d minus 512-d", points(wide[rand], narrow[rand], True)],
+            ["bag of words minus the full model, 128 units",
+             points(narrow[bow], narrow[full], True)],
+            ["bag of words minus the full model, 512 units", points(wide[bow], wide[full], True)]]
+    return markdown(["difference", "MR / SUBJ / SST-2"], rows, ["---", "---:"])
+
+
+@_figure("bfloat16 speed")
+def bfloat16_speed_figure():
+    """The 512-unit run's pretraining time in each precision."""
+    slow, fast = (output(f"sentence_encoders_units512{s}.json")["pretraining"]["QT+SP+G2L"][
+        "wall_time_s"] for s in ("", "_bfloat16"))
+    return f"{fast:,.0f} s against float32's {slow:,.0f} ({slow / fast:.2f} times as fast"
+
+
+@_figure("bfloat16 sst2")
+def bfloat16_sst2_figure():
+    """The full model against its bag of words on SST-2 in each precision."""
+    def gap(name):
+        probe = output(f"sentence_encoders_units512{name}.json")["probe"]
+        return round(100 * probe["QT+SP+G2L"]["sst2"]["accuracy"], 1) - round(
+            100 * probe["bow"]["sst2"]["accuracy"], 1)
+
+    def said(d):
+        return "level with it" if abs(d) < 0.05 else f"{abs(d):.1f} points {'above' if d > 0 else 'below'} it"
+
+    return f"{said(gap('_bfloat16'))} here and {said(gap(''))} in float32"
+
+
+@table("sentence g2l reduction", "docs/guides/related-models.md")
+def g2l_reduction_table():
+    """The probe of the runs with G2L averaged and summed, each beside its bag of words
+    (``sentence_g2l_reduction.json``)."""
+    runs = output("sentence_g2l_reduction.json")["runs"]
+    rows = []
+    for reduction, label in (("mean", "averaged"), ("sum", "summed (Eq. 3.5)")):
+        probe = runs[reduction]["probe"]
+        for name, what in ((reduction, "QT+SP+G2L"), ("bow", "its bag of words")):
+            rows.append([f"{what}, G2L {label}"] + [f"{100 * probe[name][t]['accuracy']:.1f}"
+                                                    for t in SENTENCE_TASKS])
+    return markdown(["encoder", "mr", "subj", "sst2"], rows, ["---"] + ["---:"] * 3)
+
+
+def book_pairs():
+    """The books' sentence-pair count the 128-unit run's pretraining log reports."""
+    with open(os.path.join(HERE, "outputs", "sentence_encoders_books_pretrain.log"),
+              encoding="utf-8") as handle:
+        pairs, = {int(m) for m in re.findall(r"^(\d+) sentence pairs", handle.read(), re.M)}
+    return pairs
+
+
+@_figure("books pairs")
+def books_pairs_figure():
+    return f"{book_pairs():,}"
+
+
+@_figure("books budget")
+def books_budget_figure():
+    """The book run's steps and pairs against the WikiText run's."""
+    config = output("sentence_encoders_books.json")["run_config"]
+    last = list(output("sentence_encoders_books.json")["curve"].values())[-1]
+    small = output("sentence_encoders_long.json")
+    steps = small["pretraining"]["QT+SP+G2L"]["steps"]
+    seen = steps * small["settings"]["batch_size"]
+    return (f"{last['steps']:,} steps, {last['pairs_seen']:,} pairs, "
+            f"{last['pairs_seen'] / seen:.0f} times the WikiText run's {seen:,} ({steps:,} steps "
+            f"of {small['settings']['batch_size']} over its "
+            f"{small['pretraining']['QT+SP+G2L']['pairs']:,} pairs), with a snapshot every "
+            f"{config['steps_per_epoch'] * config['batch_size']:,} pairs")
+
+
+@_figure("books bow choices")
+def books_bow_choices_figure():
+    bow = output("sentence_encoders_books.json")["baselines"]["results"]["bow"]
+    chosen = [c for task in SENTENCE_TASKS
+              for c in (bow[task]["c"] if isinstance(bow[task]["c"], list) else [bow[task]["c"]])]
+    return f"{sum(c >= 256 for c in chosen)} of its {len(chosen)} choices"
+
+
+@_figure("books gap")
+def books_gap_figure():
+    """The bag of words over the full model after the newest snapshot."""
+    point, baselines = newest("sentence_encoders_books")
+    return (f"{point['pairs_seen']:,} pairs the bag of words of its own embeddings is "
+            f"{points(baselines['bow'], point['probe'], True)} points above it on MR / SUBJ / "
+            "SST-2, "
+            f"the full model above it on {COUNTS[len(above(point['probe'], baselines['bow']))]}"
+            " of the three tasks")
+
+
+@table("sentence encoders books losses", "docs/guides/related-models.md")
+def books_losses_table():
+    """The book run's mean training losses in each epoch, and Global-to-Local's share of a
+    batch's loss (two objectives a batch) (``sentence_encoders_books.json``)."""
+    rows = []
+    for point in output("sentence_encoders_books.json")["curve"].values():
+        losses = point["losses"]
+        share = [losses["g2l_loss"] / (losses["g2l_loss"] + losses[k]) for k in ("qt_loss",
+                                                                                 "sp_loss")]
+        rows.append([f"{point['pairs_seen']:,}"] + [f"{losses[k]:.{d}f}" for k, _, d in
+                                                    BOOK_LOSSES]
+                    + [f"{100 * min(share):.0f}-{100 * max(share):.0f}%"])
+    return markdown(["pairs", "Quick Thoughts", "Self Prediction", "Global-to-Local",
+                     "G2L's share of a batch's loss"], rows, ["---:"] * 5)
+
+
+@_figure("books step time")
+def books_step_time_figure():
+    """Seconds a step of the book run's epochs, from its log (1,250 steps an epoch)."""
+    with open(os.path.join(HERE, "outputs", "sentence_encoders_books_pretrain.log"),
+              encoding="utf-8") as handle:
+        epochs = sorted(int(s) / 1250 for s in re.findall(r"^1250/1250 - (\d+)s",
+                                                           handle.read(), re.M))
+    return f"{epochs[0]:.1f}-{epochs[-1]:.1f} s"
+
+
+@_figure("books epoch reads")
+def books_epoch_reads_figure():
+    """What each epoch of the book runs was drawn from: the epoch's pairs and the shuffle
+    buffer's, out of the books' pairs."""
+    from glomo_tf.experiments.pretraining import SHUFFLE_BUFFER
+
+    config = output("sentence_encoders_books.json")["run_config"]
+    steps, batch = config["steps_per_epoch"], config["batch_size"]
+    share = {1: "all", 2: "a half", 3: "a third", 4: "a quarter", 5: "a fifth"}[
+        round(book_pairs() / (steps * batch + SHUFFLE_BUFFER))]
+    return (f"{steps * batch:,} pairs ({steps:,} steps of {batch}) was drawn from its first "
+            f"{steps * batch + SHUFFLE_BUFFER:,} (the epoch's and the {SHUFFLE_BUFFER:,} of the "
+            f"shuffle buffer), {share} of the {book_pairs():,}")
+
+
+@_figure("books passes")
+def books_passes_figure():
+    config = output("sentence_encoders_books.json")["run_config"]
+    last = list(output("sentence_encoders_books.json")["curve"].values())[-1]
+    return f"{COUNTS[last['pairs_seen'] // (config['steps_per_epoch'] * config['batch_size'])]} passes"
+
+
+@_figure("books converged")
+def books_converged_figure():
+    """The converged probe of the newest snapshot against its bag of words."""
+    point, baselines = newest("sentence_encoders_books_converged")
+    beaten = above(point["probe"], baselines["bow"])
+    below = [t for t, name in SENTENCE_TASKS.items() if name not in beaten]
+    return (f"{COUNTS[len(beaten)]} of the three tasks ({'/'.join(beaten)}); the target asks for "
+            f"two. Converging lifts the encoder on every task and leaves the bag of words where "
+            f"it was, but " + " and ".join(SENTENCE_TASKS[t] for t in below) + " stay "
+            + " and ".join(f"{100 * (baselines['bow'][t]['accuracy'] - point['probe'][t]['accuracy']):.1f}"
+                           for t in below) + " points short")
+
+
+# The leave-one-out runs at the book budget: output suffix, the encoder's label, what it leaves out.
+BOOK_ABLATIONS = (("qt_sp", "QT+SP", "Global-to-Local"), ("qt_g2l", "QT+G2L", "Self Prediction"),
+                  ("sp_g2l", "SP+G2L", "Quick Thoughts"))
+
+
+@table("sentence encoders books left out", "docs/guides/related-models.md")
+def books_left_out_table():
+    """What leaving each objective out costs at the run's newest point, in points, and its
+    losses against the full model's at the same pairs (``sentence_encoders_books_*.json``)."""
+    books = output("sentence_encoders_books.json")["curve"]
+    rows = []
+    for suffix, label, left_out in BOOK_ABLATIONS:
+        name, point = list(output(f"sentence_encoders_books_{suffix}.json")["curve"].items())[-1]
+        full = books[name]
+        rows.append([left_out, label, f"{point['pairs_seen']:,}",
+                     points(full["probe"], point["probe"])] + [
+            f"{point['losses'][k]:.{d}f} / {full['losses'][k]:.{d}f}"
+            if k in point["losses"] else "-" for k, _, d in BOOK_LOSSES])
+    return markdown(["left out", "encoder", "pairs", "cost, MR / SUBJ / SST-2",
+                     "Quick Thoughts (left out / full)", "Self Prediction", "Global-to-Local"],
+                    rows, ["---", "---", "---:", "---:", "---:", "---:", "---:"])
+
+
+@_figure("qt g2l")
+def qt_g2l_figure():
+    """QT+G2L's newest point against the full model's newest and its own bag of words."""
+    result = output("sentence_encoders_books_qt_g2l.json")
+    name, point = list(result["curve"].items())[-1]
+    books = output("sentence_encoders_books.json")
+    at_pairs = above(point["probe"], books["curve"][name]["probe"])
+    full, _ = newest("sentence_encoders_books")
+    return (f"above the full model at the same pairs on {COUNTS[len(at_pairs)]} tasks, and above "
+            f"the full model after {full['pairs_seen']:,} pairs on "
+            f"{' and '.join(above(point['probe'], full['probe']))} ({pct(point['probe'])} against "
+            f"{pct(full['probe'])}), though still below its own bag of words "
+            f"({pct(result['baselines']['results']['bow'])})")
+
+
+@_figure("qt g2l converged")
+def qt_g2l_converged_figure():
+    point, baselines = newest("sentence_encoders_books_qt_g2l_converged")
+    below = 3 - len(above(point["probe"], baselines["bow"]))
+    return (f"QT+G2L after {point['pairs_seen']:,} pairs reaches {pct(point['probe'])} against "
+            f"its bag of words' {pct(baselines['bow'])}: below it on {COUNTS[below]} tasks")
+
+
+@_figure("books 512 narrow")
+def books_512_narrow_figure():
+    """The 128-unit run at the 512-unit run's pairs."""
+    point, _ = newest("sentence_encoders_books_units512")
+    narrow = next(p for p in output("sentence_encoders_books.json")["curve"].values()
+                  if p["pairs_seen"] == point["pairs_seen"])
+    return pct(narrow["probe"])
+
+
+@_figure("books 512 max")
+def books_512_max_figure():
+    """Max-pooled states against the bag of words, and the max-pooled random encoder."""
+    point, baselines = newest("sentence_encoders_books_units512_max")
+    beaten = above(point["probe"], baselines["bow"])
+    random_ahead = above(baselines["random"], point["probe"])
+    return (f"above the bag of words on {COUNTS[len(beaten)]} of the three tasks "
+            f"({'/'.join(beaten)}), the target asks for two. But an untrained encoder of the same "
+            f"size, max-pooled, is above these states on {COUNTS[len(random_ahead)]} of the three "
+            f"({'/'.join(random_ahead)})")
+
+
+@_figure("books 512 losses")
+def books_512_losses_figure():
+    losses = newest("sentence_encoders_books_units512")[0]["losses"]
+    return (f"Quick Thoughts {losses['qt_loss']:.2f}, chance `ln 400` = 5.99; Self Prediction "
+            f"{losses['sp_loss']:.2f}; Global-to-Local {losses['g2l_loss']:.0f}")
+
+
+@_figure("books heldout")
+def books_heldout_figure():
+    held = output("sentence_encoders_books_glomo.json")["heldout"]
+    return f"the first {held['pairs']:,} pairs of the books' test split, in batches of " \
+           f"{held['batch_size']}"
+
+
+@_figure("book encoder weights")
+def book_encoder_weights_figure():
+    """The book run's model at its sizes (its vocabulary plus ``[MASK]``): its weights."""
+    import math
+
+    from glomo_tf.models.sentence_pretrainer import SentencePretrainer
+
+    config = output("sentence_encoders_books.json")["run_config"]
+    model = SentencePretrainer(config["vocab_size"] + 1, config["vocab_size"],
+                               embedding_dim=config["embedding_dim"], units=config["units"],
+                               objectives=config["objectives"])
+    model.build()
+    weights = sum(math.prod(w.shape) for w in model.weights)
+    return (f"{config['vocab_size']:,}-unit vocabulary, {weights / 1e6:.1f} million weights in "
+            f"all ({4 * weights / 1e6:.0f} MB in float32)")
+
+
+def committed_models_size():
+    folder = os.path.join(HERE, "outputs", "ordered_memory_logic_models")
+    return f"{sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) / 1e6:.1f} MB"
+
+
+_figure("ordered memory models size")(committed_models_size)
+_figure("ordered memory models size again")(committed_models_size)
+
+
 BOOK_LOSSES = (("qt_loss", "Quick Thoughts", 2), ("sp_loss", "Self Prediction", 2),
                ("g2l_loss", "Global-to-Local", 1))
 

@@ -160,6 +160,84 @@ def test_what_the_prose_says_of_the_tables_holds():
         "transfer_float32_seed_std"]
 
 
+def bench(name):
+    with open(os.path.join(REPO, "benchmarks", "outputs", f"{name}.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_what_the_guides_say_of_their_tables_holds():
+    """The claims the guides and docs/benchmarks.md make in words about their rendered tables."""
+    tasks = ("mr", "subj", "sst2")
+    higher = lambda a, b: all(a[t]["accuracy"] > b[t]["accuracy"] for t in tasks)  # noqa: E731
+    logic = recorded("ordered_memory_logic_brackets.json")  # Ordered Memory, with the brackets
+    om, lstm = logic["models"]["ordered_memory"], logic["models"]["lstm"]
+    assert all(om["test_accuracy"][str(k)] - lstm["test_accuracy"][str(k)] >= 0.10
+               for k in range(7, 13))  # "leads the LSTM by at least 10 points at every length"
+    assert om["tree_f1"] > max(om["branching_f1"].values())
+    assert recorded("ordered_memory_listops_released.json")["models"]["ordered_memory"][
+        "tree_f1"] == 100.0  # "the induced trees are the gold ones"
+    long = recorded("sentence_encoders_long.json")["probe"]  # sentence encoders, WikiText
+    assert higher(long["QT+SP+G2L"], long["random"])
+    wide, half = (recorded(f"sentence_encoders_units512{s}.json") for s in ("", "_bfloat16"))
+    for a, b, differ in ((wide, recorded("sentence_encoders_long.json"), {"units", "variants"}),
+                         (half, wide, {"precision"})):  # "the same run" but for ...
+        assert {k for k in a["settings"] if a["settings"][k] != b["settings"].get(k)} - {
+            "runs_dir", "output", "glomo_run", "graph_run"} == differ
+    last = [r["pretraining"]["QT+SP+G2L"]["last_epoch"] for r in (half, wide)]
+    assert all(last[0][k] > last[1][k] for k in last[0])  # "end a little higher in bfloat16"
+    runs = recorded("sentence_g2l_reduction.json")["runs"]  # "worse", "lets QT and SP train"
+    assert higher(runs["sum"]["probe"]["sum"], runs["mean"]["probe"]["mean"])
+    assert all(runs["mean"]["pretraining"]["last_epoch"][k] < runs["sum"]["pretraining"][
+        "last_epoch"][k] for k in ("qt_loss", "sp_loss"))
+    books = recorded("sentence_encoders_books.json")  # at book scale
+    def cost(suffix):  # the full model minus the run, at the run's newest point
+        name, point = list(recorded(f"sentence_encoders_books_{suffix}.json")["curve"].items())[-1]
+        return [books["curve"][name]["probe"][t]["accuracy"] - point["probe"][t]["accuracy"]
+                for t in tasks]
+
+    costs = {s: cost(s) for s in ("qt_sp", "qt_g2l", "sp_g2l")}  # "G2L out costs most", "SP out
+    assert max(costs, key=lambda s: sum(costs[s])) == "qt_sp" and max(costs["qt_g2l"]) <= 0  # nothing or less"
+    configs = [recorded(f"sentence_encoders_books{s}.json")["run_config"] for s in (
+        "", "_qt_sp", "_qt_g2l", "_sp_g2l", "_units512", "_glomo", "_glomo_control")]
+    assert len({(c["steps_per_epoch"], c["batch_size"]) for c in configs}) == 1  # "every book run"
+    wide_point = TABLES.newest("sentence_encoders_books_units512")[0]
+    assert higher(wide_point["probe"], next(p for p in books["curve"].values()
+                                            if p["pairs_seen"] == wide_point["pairs_seen"])["probe"])
+    fed, control = (recorded(f"sentence_encoders_books_glomo{s}.json") for s in ("", "_control"))
+    a, b = fed["run_config"], control["run_config"]  # "the graphs are the only difference"
+    assert {k for k in a if a[k] != b.get(k)} - {"epochs"} == {"graph_run", "vocab"}
+    x, y = ([r["curve"][n] for n in fed["curve"]] for r in (fed, control))
+    held = [[p["heldout_losses"][k] > q["heldout_losses"][k] for p, q in zip(x, y)]
+            for k in ("qt_loss", "sp_loss", "g2l_loss")]
+    assert all(held[0]) and not any(held[1]) and all(held[2])
+    beyond = {t: [i for i, (p, q) in enumerate(zip(x, y))
+                  if abs(p["probe"][t]["accuracy"] - q["probe"][t]["accuracy"])
+                  > max(p["probe"][t]["std"], q["probe"][t]["std"])] for t in ("mr", "subj")}
+    assert beyond == {"mr": [], "subj": [0, 1, 2]}
+    assert all(not higher(r["curve"][list(r["curve"])[-1]]["probe"], r["baselines"]["results"][
+        "bow"]) for r in (fed, control))
+    for name, c in (("transfer_overhead", "auto"), ("transfer_overhead_chained", "chained")):
+        config = bench(name)["config"]  # docs/benchmarks.md's labels: batch 64, T 48, ...
+        assert (config["batch"], config["seq"], config["propagation"]) == (64, 48, c)
+    for name, precision in (("transfer_overhead_cache_topk", "float32"),
+                            ("transfer_overhead_cache_topk_bf16", "mixed_bfloat16")):
+        config = bench(name)["config"]
+        assert config.get("precision", "float32") == precision
+        assert config["cache"] and config["top_k"] == 8 and config["uniform"]
+    assert (lambda c: (c["seq"], c["d"]))(bench("transfer_overhead_cache_topk_large")[
+        "config"]) == (128, 256)
+
+
+def test_the_committed_ordered_memory_models_are_the_recorded_runs():
+    recorded_run = recorded("ordered_memory_logic_brackets.json")
+    for name in ("ordered_memory", "lstm"):
+        assert len(recorded_run["models"][name]["curve"]) == recorded_run["epochs"][name]
+        committed = recorded(os.path.join("ordered_memory_logic_models", f"{name}.json"))
+        assert committed["scores"] == recorded_run["models"][name]
+        assert {k: committed["config"][k] for k in recorded_run["config"]} == recorded_run[
+            "config"]
+
+
 def test_the_papers_squad_rows_are_the_papers():
     paper = os.path.join(REPO, "..", "shared", "papers", "glomo-paper.txt")
     if not os.path.exists(paper):
