@@ -60,7 +60,8 @@ def main(argv=None):
     import glomo_tf
     from glomo_tf.data import squad
     from glomo_tf.experiments import reading
-    from glomo_tf.experiments.transfer import TransferConfig, initial_embeddings
+    from glomo_tf.experiments.runs import initial_embeddings
+    from glomo_tf.experiments.transfer import TransferConfig
     from glomo_tf.models.reader import build_reader
 
     predictor = glomo_tf.GraphPredictor.from_preset(a.preset)

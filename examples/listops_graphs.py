@@ -188,7 +188,7 @@ def evaluate(argv):
     model = keras.models.load_model(args.model)
     if len(model.inputs) == 2:  # a gold variant: the expressions' own trees as its graphs
         from glomo_tf.data.graph_cache import cached_inference_batches
-        from glomo_tf.experiments.transfer import gold_graphs
+        from glomo_tf.experiments.classification import gold_graphs
 
         data, order = cached_inference_batches(ids, np.zeros(len(ids), "int64"), 256,
                                                gold_graphs(texts, ids), dense=True)

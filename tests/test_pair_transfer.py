@@ -12,8 +12,8 @@ from _examples import load_example
 from _run_dirs import pretrained_run
 from glomo_tf import cli
 from glomo_tf.data.batching import pair_sorted_batches, pair_training_batches
-from glomo_tf.experiments.transfer import (TransferConfig, binary_f1, load_pair_task,
-                                  pair_splits)
+from glomo_tf.experiments.pairs import binary_f1, load_pair_task, pair_splits
+from glomo_tf.experiments.transfer import TransferConfig
 from glomo_tf.models.pair_classifier import SoftAlignment, build_pair_classifier
 
 FILLER = "the a man woman dog cat is was in on with near some small big old".split()

@@ -10,7 +10,7 @@ from _examples import load_example
 from _run_dirs import pretrained_run
 from glomo_tf import cli, evaluation
 from glomo_tf.evaluation import paired_t, summarize
-from glomo_tf.experiments.transfer import splits
+from glomo_tf.experiments.runs import split_indices
 
 FILLER = "the a film movie story actor plot scene was is and of it this that very quite".split()
 CLASS_WORDS = {"neg": "awful", "pos": "great"}
@@ -175,7 +175,7 @@ def test_resume_keeps_runs_trains_only_the_missing_ones_and_refuses_overwrites(t
     assert cli.main([*common, "--seeds", "5", "--dropout", "0.2", "--resume",
                      "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "other settings (dropout 0.1 -> 0.2)" in err and len(err.splitlines()) == 1
+    assert "other settings (dropout: 0.1 -> 0.2)" in err and len(err.splitlines()) == 1
     assert (out / "results.json").read_text() == written
     # Some earlier builds kept the command line's flag table in the settings: still resumable.
     earlier = json.loads(written)
@@ -280,13 +280,13 @@ def test_a_single_class_file_and_a_missing_mr_folder_exit_2(tmp_path, capsys):
 
 
 def test_kfold_and_seeded_splits_carve_validation_from_training():
-    parts = splits(50, "kfold", 5, seed=2)
+    parts = split_indices(50, "kfold", 5, seed=2)
     assert [fold for fold, *_ in parts] == [0, 1, 2, 3, 4]
     assert sorted(np.concatenate([test for *_, test in parts]).tolist()) == list(range(50))
     for _, train, validation, test in parts:
         assert (len(train), len(validation), len(test)) == (36, 4, 10)
         assert sorted(np.concatenate([train, validation, test]).tolist()) == list(range(50))
-    (fold, train, validation, test), = splits(50, "seeded", 10, seed=2)
+    (fold, train, validation, test), = split_indices(50, "seeded", 10, seed=2)
     assert fold is None and (len(train), len(validation), len(test)) == (41, 4, 5)
     assert sorted(np.concatenate([train, validation, test]).tolist()) == list(range(50))
 
@@ -330,7 +330,8 @@ def test_init_embeddings_start_every_variant_from_the_predictors_table(task, cap
     from there; a width other than the predictor's is one line before any training."""
     import keras
 
-    from glomo_tf.experiments.transfer import TransferConfig, _load_pretrained, initial_embeddings
+    from glomo_tf.experiments.runs import initial_embeddings, load_pretrained
+    from glomo_tf.experiments.transfer import TransferConfig
     from glomo_tf.models.classifier import build_classifier
     from glomo_tf.models.pair_classifier import build_pair_classifier
     from glomo_tf.models.reader import build_reader
@@ -340,7 +341,7 @@ def test_init_embeddings_start_every_variant_from_the_predictors_table(task, cap
                             model=str(run_dir / "graph_predictor.keras"),
                             tokenizer=str(run_dir / "tokenizer"), embedding_dim=8,
                             init_embeddings="predictor").validated()
-    predictor, tokenizer = _load_pretrained(config)
+    predictor, tokenizer = load_pretrained(config)
     table = keras.ops.convert_to_numpy(predictor.embeddings)
     size = tokenizer.vocabulary_size
     for model in (build_classifier(size, 2, "baseline", embedding_dim=8, rnn_units=4),

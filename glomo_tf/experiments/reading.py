@@ -28,7 +28,10 @@ import numpy as np
 
 from glomo_tf import hparams
 from glomo_tf.data import squad
+from glomo_tf.experiments.runs import (Comparison, fit_with_early_stopping, initial_embeddings,
+                                       load_pretrained, save_model, training_settings)
 
+READING_DATASETS = ("squad",)
 QUESTION_UNITS = 48
 SPLIT_SEED = 0
 MAX_ANSWER_UNITS = 30
@@ -184,7 +187,6 @@ def train_and_evaluate_reader(model, train, development, test, *, learning_rate=
     encoded, _ = train
     rows = np.flatnonzero(encoded.spans[:, 0] >= 0)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=[loss, loss])
 
     class DevelopmentScores(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
@@ -197,15 +199,15 @@ def train_and_evaluate_reader(model, train, development, test, *, learning_rate=
             if verbose:
                 print(f"   development EM {scores['exact_match']:.2f}, F1 {scores['f1']:.2f}")
 
-    stop = keras.callbacks.EarlyStopping(monitor="val_f1", mode="max", patience=patience,
-                                         restore_best_weights=True)
-    history = model.fit(_batches(encoded, rows, batch_size, seed, fed(train))[0], epochs=epochs,
-                        shuffle=False,  # the batches reshuffle themselves every epoch
-                        callbacks=[DevelopmentScores(), stop], verbose=verbose)
+    # The batches reshuffle themselves every epoch; the development F1 chooses the epoch.
+    epochs_run = fit_with_early_stopping(
+        model, _batches(encoded, rows, batch_size, seed, fed(train))[0], None,
+        learning_rate=learning_rate, patience=patience, epochs=epochs, verbose=verbose,
+        monitor="val_f1", loss=[loss, loss], metrics=(), callbacks=[DevelopmentScores()])
     test_encoded, test_questions = test
     spans = predict_spans(model, test_encoded, 2 * batch_size, fed(test))
     scores = squad.squad_scores(answer_texts(test_encoded, test_questions, spans), test_questions)
-    return ({k: v / 100.0 for k, v in scores.items()}, len(history.history["loss"]), spans)
+    return {k: v / 100.0 for k, v in scores.items()}, epochs_run, spans
 
 
 def encode_splits(questions, test_questions, tokenizer, max_length):
@@ -243,22 +245,22 @@ def passage_graph_cache(predictor, tokenizer, contexts, max_length):
     return cache, {context: row for row, context in enumerate(contexts)}
 
 
-def run_reading(config, record):
-    """The comparison of :func:`glomo_tf.experiments.transfer.run_transfer` for the dataset
-    ``squad``."""
+def run_reading(config, record=None):
+    """Runs every variant of a validated ``config`` of the dataset ``squad`` on every seed,
+    recording each run as it ends; returns the Markdown report."""
     import keras
 
-    from glomo_tf.experiments import transfer as experiments
     from glomo_tf.models.reader import build_reader
 
     questions, test_questions = load_reading_task(config)
-    saved_config, runs, done = experiments._prepare_output(config, record, [])
-    predictor, tokenizer = experiments._load_pretrained(config)
     split_description = ("a training file (90 / 10 by article) and a test file" if test_questions
                          else f"split by article (seed {SPLIT_SEED}: 75% / 1/12 / rest)")
-    training = experiments._announce(
-        config, f"{len(questions)} questions, {len({q.article for q in questions})} articles",
-        split_description, runs)
+    comparison = Comparison(config, record, [], split_description, metrics=METRICS,
+                            primary=PRIMARY)
+    predictor, tokenizer = load_pretrained(config)
+    comparison.announce(
+        config, f"{len(questions)} questions, {len({q.article for q in questions})} articles")
+    training = training_settings(config)
     # Computed when the first run needs them: a resumed comparison with every run done reads none.
     data = functools.cache(lambda: encode_splits(questions, test_questions, tokenizer,
                                                  config.max_length))
@@ -270,13 +272,8 @@ def run_reading(config, record):
                     num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
                     top_k=config.top_k, graph_temperature=config.graph_temperature)
 
-    def write():
-        return experiments.write_results(config.output_dir, saved_config, runs,
-                                         saved_config["variants"], split_description,
-                                         metrics=METRICS, primary=PRIMARY)
-
     for seed, variant in ((s, v) for s in config.seeds for v in config.variants):
-        if (variant, seed, None) in done:
+        if comparison.done(variant, seed):
             continue
         encoder, parts, answered = data()
         print(f"\n== squad | {variant} | seed {seed}")
@@ -284,7 +281,7 @@ def run_reading(config, record):
         cached = (config.graph_cache and predictor is not None
                   and variant in hparams.PREDICTOR_VARIANTS)
         model = build_reader(encoder.vocabulary_size, variant, passage_graphs=cached, **settings)
-        experiments.initial_embeddings(model, predictor, config)
+        initial_embeddings(model, predictor, config)
         start = time.perf_counter()
         scores, epochs_run, spans = train_and_evaluate_reader(
             model, *parts, seed=seed, graphs=graphs() if cached else None, **training)
@@ -298,17 +295,16 @@ def run_reading(config, record):
             for example, rows in zip(examples, answer_graph_rows(
                     predictor, test_encoded, test_questions_run, spans)):
                 example["graph_rows"] = rows
-        runs.append({"dataset": "squad", "variant": variant, "seed": seed, "fold": None,
-                     **scores, "epochs_run": epochs_run, "seconds": round(seconds, 3),
-                     "train_examples": answered, "validation_examples": len(parts[1][1]),
-                     "test_examples": len(test_questions_run), "examples": examples})
         print(f"   test EM {100 * scores['exact_match']:.2f}, F1 {100 * scores['f1']:.2f} "
               f"after {epochs_run} epoch(s), {seconds:.1f}s")
-        write()
+        comparison.add({"dataset": "squad", "variant": variant, "seed": seed, "fold": None,
+                        **scores, "epochs_run": epochs_run, "seconds": round(seconds, 3),
+                        "train_examples": answered, "validation_examples": len(parts[1][1]),
+                        "test_examples": len(test_questions_run), "examples": examples})
         if config.save_models:
             if cached:  # the saved reader computes its own graphs from token ids
                 online = build_reader(encoder.vocabulary_size, variant, **settings)
                 online.set_weights(model.get_weights())
                 model = online
-            experiments._save_model(model, config.output_dir, variant, seed, None)
-    return write()
+            save_model(model, config.output_dir, variant, seed, None)
+    return comparison.write()
