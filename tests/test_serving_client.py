@@ -1,7 +1,9 @@
 """glomo_tf.serving.client over REST and gRPC, and the whole path with a real GLoMo export:
 pretrain (tiny) -> export -> serve -> client, compared with in-process calls of the SavedModel."""
 
+import asyncio
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -83,10 +85,10 @@ def test_predict_and_extract_equal_in_process_calls(toy, protocol, rng):
 def test_rest_answers_read_with_and_without_simdjson_are_the_same(toy, monkeypatch, rng):
     """The simdjson reader (numeric tensors straight into arrays) and the general JSON path give
     the client the same outputs, and the reader is what reads a strict-JSON answer."""
-    from glomo_tf.serving import client as client_module
+    from glomo_tf.serving import rest_client
     calls, declined = [], []
-    real = client_module.read_outputs
-    monkeypatch.setattr(client_module, "read_outputs", lambda *args: calls.append(
+    real = rest_client.read_outputs
+    monkeypatch.setattr(rest_client, "read_outputs", lambda *args: calls.append(
         None if declined else real(*args)) or calls[-1])
     x = rng.normal(size=(3, 3)).tolist()
     raw = np.array([t.encode() if isinstance(t, str) else t for t in TEXTS], dtype=object)
@@ -276,7 +278,27 @@ def http_stub(**methods):
         server.server_close()
 
 
-def test_rest_connections_are_kept_alive_with_nagles_algorithm_off():
+@pytest.fixture
+def client_sends(monkeypatch):
+    """``{port: [(bytes sent, TCP_NODELAY)]}``: every send (a write of the socket) that a client
+    makes in this process, by the server's port."""
+    sends = {}
+
+    def recorder(real):
+        def send(sock, data, *args):
+            port = sock.getpeername()[1]
+            sends.setdefault(port, []).append(
+                (bytes(data) if not isinstance(data, list) else b"".join(data),
+                 sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0))
+            return real(sock, data, *args)
+        return send
+
+    monkeypatch.setattr(socket.socket, "send", recorder(socket.socket.send))
+    monkeypatch.setattr(socket.socket, "sendmsg", recorder(socket.socket.sendmsg))
+    return sends
+
+
+def test_rest_connections_are_kept_alive_with_nagles_algorithm_off(client_sends):
     """With Nagle's algorithm on, a request's second write (a large body, sent after the
     headers) would wait for the server's delayed ACK of the first."""
     peers = []
@@ -289,54 +311,95 @@ def test_rest_connections_are_kept_alive_with_nagles_algorithm_off():
         with ServingClient(f"http://127.0.0.1:{port}", "toy", retries=0) as client:
             for _ in range(3):
                 assert client.status()[0]["state"] == "AVAILABLE"
-            sock = client._local.connection.sock
-            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     assert len(peers) == 3 and len(set(peers)) == 1  # one connection, kept alive
+    assert len(client_sends[port]) == 3 and all(nodelay for _, nodelay in client_sends[port])
 
 
-def test_rest_request_headers_and_a_small_body_go_out_in_one_write():
-    """A second write would cost the server a second read and wake-up on every request; a body
-    over the limit is not copied onto the headers (two writes), and both arrive whole."""
+def test_rest_request_headers_and_a_small_body_go_out_in_one_write(client_sends):
+    """A second write would cost the server a second read and wake-up on every request: the
+    headers and the body leave in one write, and a large body arrives whole."""
+    from glomo_tf.serving.rest_client import RestTransport
     bodies = []
 
     def do_POST(handler):
         bodies.append(json.loads(handler.rfile.read(int(handler.headers["Content-Length"]))))
         answer_json(handler, 200, {"received": len(bodies)})
 
+    small, large = {"text": "x" * 100}, {"text": "y" * (1 << 17)}
     with http_stub(do_POST=do_POST) as port:
-        with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
-            connection = client._connection()
-            writes = []
-            send = connection.send
-            connection.send = lambda data: (writes.append(len(data)), send(data))[1]
-            limit = getattr(connection, "ONE_WRITE_LIMIT", 1 << 16)
-            small = {"text": "x" * 100}
-            large = {"text": "y" * (limit + 1)}
+        transport = RestTransport(f"127.0.0.1:{port}", "toy")
+        try:
             for body, answer in ((small, 1), (large, 2)):
-                payload = client._rest("POST", "/v1/models/toy:predict", json.dumps(body))
+                payload = transport.request("POST", "/v1/models/toy:predict", json.dumps(body))
                 assert json.loads(payload) == {"received": answer}
-                assert len(writes) == (1 if answer == 1 else 3)
-            assert len(writes) == 3 and writes[2] > limit
+        finally:
+            transport.close()
+    first, *rest = client_sends[port]
+    assert first[0].startswith(b"POST /v1/models/toy:predict HTTP/1.1\r\n")
+    assert first[0].endswith(json.dumps(small).encode())  # one write: headers and body
+    assert rest[0][0].startswith(b"POST ") and json.dumps(large).encode().startswith(
+        rest[0][0].split(b"\r\n\r\n", 1)[1])  # the large body follows its headers at once
     assert bodies == [small, large]
+
+
+def test_rest_calls_from_threads_and_from_a_running_event_loop(caplog):
+    """Each thread calls on its own kept-alive connection; a call made inside a running event
+    loop (a notebook's) works too; close() closes every session (nothing left unclosed)."""
+    peers = []
+
+    def do_GET(handler):
+        peers.append(handler.client_address)
+        answer_json(handler, 200, STATUS_JSON)
+
+    async def inside_a_loop(client):
+        return client.status()
+
+    with http_stub(do_GET=do_GET) as port:
+        client = ServingClient(f"127.0.0.1:{port}", "toy", retries=0)
+        answers = []
+        threads = [threading.Thread(target=lambda: answers.extend(
+            client.status() + client.status())) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert asyncio.run(inside_a_loop(client)) == client.status()
+        client.close()
+        assert client.status()[0]["version"] == 4  # a closed client opens a fresh session
+        client.close()
+        del client
+        gc.collect()
+    assert len(answers) == 6 and all(a["state"] == "AVAILABLE" for a in answers)
+    assert len(peers) == 9 and len(set(peers[:6])) == 3  # a connection per thread, kept alive
+    assert not [r for r in caplog.records if "Unclosed" in r.getMessage()]
 
 
 @contextlib.contextmanager
 def canned_server(*answers):
-    """A local server answering its n-th connection's request with ``answers[n]`` (bytes, sent
-    as they are, then the connection closed); yields its port."""
+    """A local server answering its n-th connection with ``answers[n]``: bytes (sent as they
+    are after the connection's first request, then the connection closed), or a tuple of bytes
+    and None (one per request on the connection, None: closed without answering); yields its
+    port."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve():
         for answer in answers:
-            connection, _ = listener.accept()
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # the test is over
+                return
             with connection:
-                connection.recv(65536)
-                connection.sendall(answer)
+                for reply in answer if isinstance(answer, tuple) else (answer,):
+                    connection.recv(65536)
+                    if reply is None:
+                        break
+                    connection.sendall(reply)
 
     threading.Thread(target=serve, daemon=True).start()
     try:
         yield listener.getsockname()[1]
     finally:
+        listener.shutdown(socket.SHUT_RDWR)
         listener.close()
 
 
@@ -366,7 +429,9 @@ def test_rest_answers_are_read_whole_in_every_http_framing(framing):
     (b"", "closed the connection"),
 ])
 def test_a_cut_or_malformed_rest_answer_is_unavailable_not_a_traceback(answer, words):
-    with canned_server(answer) as port:
+    # A GET that got no answer at all is sent once more (aiohttp does, as RFC 9112 allows for
+    # idempotent requests), so the server has the same answer for a second connection.
+    with canned_server(answer, answer) as port:
         with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
             with pytest.raises(ServingError, match=words) as caught:
                 client.status()
@@ -386,18 +451,45 @@ def test_an_error_answer_without_a_body_is_named_by_its_status(status, code, mes
         code, message, status)
 
 
+OK_STATUS = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(STATUS_BODY),
+                                                                    STATUS_BODY.encode())
+
+
 def test_a_kept_alive_connection_the_server_closed_is_replaced_once():
     """The server closes the connection after its first answer (as an idle timeout would): the
-    next request fails on it once and is sent again on a fresh connection, not retried."""
-    ok = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(STATUS_BODY),
-                                                               STATUS_BODY.encode())
-    with canned_server(ok, ok) as port:
+    next request goes out on a fresh connection, not as a retry."""
+    with canned_server(OK_STATUS, OK_STATUS) as port:
         with ServingClient(f"127.0.0.1:{port}", "toy", retries=0) as client:
-            first = client._connection()
             assert client.status()[0]["version"] == 4
-            assert client._connection() is first  # kept, as far as the client knows
             assert client.status()[0]["version"] == 4
-            assert client._connection() is not first and client.attempts == 2
+            assert client.attempts == 2
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_request_lost_on_a_kept_alive_connection_is_sent_again_once(method):
+    """The server closes a kept-alive connection just as the next request reaches it (the race
+    an idle timeout leaves): that request is sent once more on a fresh connection."""
+    from glomo_tf.serving.rest_client import RestTransport
+    with canned_server((OK_STATUS, None), OK_STATUS) as port:
+        transport = RestTransport(f"127.0.0.1:{port}", "toy", timeout=10)
+        try:
+            for method_ in ("GET", method):
+                payload = transport.request(method_, "/v1/models/toy",
+                                            None if method_ == "GET" else "{}")
+                assert json.loads(payload) == json.loads(STATUS_BODY)
+        finally:
+            transport.close()
+
+
+def test_a_post_lost_on_a_fresh_connection_is_not_sent_again():
+    from glomo_tf.serving.rest_client import RestTransport
+    with canned_server((None,), OK_STATUS) as port:
+        transport = RestTransport(f"127.0.0.1:{port}", "toy", timeout=10)
+        try:
+            with pytest.raises(ServingError, match="closed the connection before answering"):
+                transport.request("POST", "/v1/models/toy", "{}")
+        finally:
+            transport.close()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
