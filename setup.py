@@ -20,9 +20,10 @@ EXTRAS = {
     # aiohttp: the REST server's HTTP/1.1 (its C parser, llhttp); orjson: the REST server writes
     # numeric tensors in C, not per element; pysimdjson: the client reads them from an answer
     # straight into arrays, without a Python number per element; httptools: the client reads
-    # answers with llhttp in C (http.client parses headers in Python, on every request).
+    # answers with llhttp in C (http.client parses headers in Python, on every request);
+    # prometheus-client: the server's metrics and their text format.
     "serve": ["tensorflow-serving-api==2.21.0", "aiohttp>=3.10,<4", "orjson>=3.10,<4",
-              "pysimdjson>=7,<8", "httptools>=0.6,<1"],
+              "pysimdjson>=7,<8", "httptools>=0.6,<1", "prometheus-client>=0.20,<1"],
     "datasets": ["tensorflow-datasets==4.9.10"],
     # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
     "sklearn": ["scikit-learn>=1.5,<2"],

@@ -7,7 +7,8 @@ The file is a ``MonitoringConfig`` text proto (``serving/monitoring.config``)::
       path: "/monitoring/prometheus/metrics"
     }
 
-and the metrics are then served on the REST port at ``path`` in Prometheus' text format (0.0.4).
+and the metrics are then served on the REST port at ``path`` in Prometheus' text format (0.0.4),
+written by ``prometheus_client``.
 The request metrics carry TF Serving's names and labels, so dashboards written for it work:
 
 * ``:tensorflow:serving:request_count{model_name, status}``: requests answered, by canonical
@@ -24,14 +25,16 @@ and this server's own:
 * ``:glomo:serving:running_requests{entrypoint}``: requests being served at that time.
 """
 
-import bisect
-import threading
+from prometheus_client import Counter, Gauge, Histogram, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
 DEFAULT_PATH = "/monitoring/prometheus/metrics"
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 # Microseconds: 10 us .. about 30 s, in steps of 1.8x (TF Serving's request_latency buckets).
 LATENCY_BUCKETS = tuple(10 * 1.8 ** i for i in range(26))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+REQUEST_COUNT = ":tensorflow:serving:request_count"
 
 
 def parse_monitoring_config(text):
@@ -57,90 +60,55 @@ def parse_monitoring_config(text):
     return path
 
 
-def _escape(value):
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class Metrics(Collector):
+    """The server's metrics on ``prometheus_client``'s counters, histograms and gauges, in a
+    registry of their own; every method is thread-safe.
 
-
-def _labels(names, values, extra=()):
-    pairs = [f'{n}="{_escape(v)}"' for n, v in zip(names, values)] + list(extra)
-    return "{" + ",".join(pairs) + "}" if pairs else ""
-
-
-def _number(value):
-    if value == float("inf"):
-        return "+Inf"
-    return repr(float(value)) if isinstance(value, float) else str(value)
-
-
-class _Histogram:
-    def __init__(self, buckets):
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum = 0.0
-
-    def observe(self, value):
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sum += value
-
-
-class Metrics:
-    """The server's metrics; every method is thread-safe and cheap (a lock and a dict)."""
+    The text is TF Serving's: a counter's samples carry the counter's own name (no ``_total``)
+    and no ``_created`` series is written, as TF Serving's exporter writes neither.
+    """
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self._requests = {}   # (model_name, status) -> count
-        self._latency = {}    # (model_name, API, entrypoint) -> _Histogram
-        self._batches = _Histogram(BATCH_BUCKETS)
-        self._gauges = {}     # (metric, label name, label value) -> callable returning a number
+        self._requests = Counter(REQUEST_COUNT, "Requests answered, by "
+                                 "canonical status", ("model_name", "status"), registry=None)
+        self._latency = Histogram(":tensorflow:serving:request_latency", "Request latency in "
+                                  "microseconds", ("model_name", "API", "entrypoint"),
+                                  buckets=LATENCY_BUCKETS, registry=None)
+        self._batches = Histogram(":glomo:serving:batch_size", "Rows of each batch run",
+                                  buckets=BATCH_BUCKETS, registry=None)
+        self._gauges = {}  # metric name -> Gauge
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
 
     def record_request(self, model_name, api, entrypoint, status, seconds):
         """One answered request: its canonical status and its latency in seconds."""
-        with self._lock:
-            key = (model_name or "", status)
-            self._requests[key] = self._requests.get(key, 0) + 1
-            key = (model_name or "", api, entrypoint)
-            if key not in self._latency:
-                self._latency[key] = _Histogram(LATENCY_BUCKETS)
-            self._latency[key].observe(seconds * 1e6)
+        self._requests.labels(model_name or "", status).inc()
+        self._latency.labels(model_name or "", api, entrypoint).observe(seconds * 1e6)
 
     def record_batch(self, rows):
-        with self._lock:
-            self._batches.observe(rows)
+        self._batches.observe(rows)
 
     def gauge(self, metric, label, value, read):
         """Report ``read()`` as ``metric{label="value"}`` at every scrape."""
-        with self._lock:
-            self._gauges[(metric, label, value)] = read
+        if metric not in self._gauges:
+            self._gauges[metric] = Gauge(metric, metric.rsplit(":", 1)[-1].replace("_", " "),
+                                         (label,), registry=None)
+        self._gauges[metric].labels(value).set_function(read)
+
+    def collect(self):
+        families = [self._requests, self._latency, self._batches] + [
+            self._gauges[name] for name in sorted(self._gauges)]
+        for family in (f for metric in families for f in metric.collect()):
+            written = Metric(family.name, family.documentation, family.type)
+            for sample in family.samples:
+                if not sample.name.endswith("_created"):
+                    name = family.name if family.type == "counter" else sample.name
+                    written.add_sample(name, sample.labels, sample.value)
+            yield written
 
     def exposition(self):
-        """The metrics in Prometheus' text format."""
-        with self._lock:
-            lines = ["# TYPE :tensorflow:serving:request_count counter"]
-            for (model, status), count in sorted(self._requests.items()):
-                lines.append(":tensorflow:serving:request_count"
-                             f"{_labels(('model_name', 'status'), (model, status))} {count}")
-            lines.append("# TYPE :tensorflow:serving:request_latency histogram")
-            for key, histogram in sorted(self._latency.items()):
-                lines += _histogram_lines(":tensorflow:serving:request_latency",
-                                          ("model_name", "API", "entrypoint"), key, histogram)
-            lines.append("# TYPE :glomo:serving:batch_size histogram")
-            lines += _histogram_lines(":glomo:serving:batch_size", (), (), self._batches)
-            gauges = sorted(self._gauges.items())
-        seen = set()
-        for (metric, label, value), read in gauges:
-            if metric not in seen:
-                lines.append(f"# TYPE {metric} gauge")
-                seen.add(metric)
-            lines.append(f"{metric}{_labels((label,), (value,))} {_number(read())}")
-        return "\n".join(lines) + "\n"
-
-
-def _histogram_lines(metric, names, values, histogram):
-    lines, cumulative = [], 0
-    for bound, count in zip(list(histogram.buckets) + [float("inf")], histogram.counts):
-        cumulative += count
-        le = 'le="+Inf"' if bound == float("inf") else f'le="{_number(float(bound))}"'
-        lines.append(f"{metric}_bucket{_labels(names, values, (le,))} {cumulative}")
-    lines.append(f"{metric}_sum{_labels(names, values)} {_number(float(histogram.sum))}")
-    lines.append(f"{metric}_count{_labels(names, values)} {cumulative}")
-    return lines
+        """The metrics in Prometheus' text format (0.0.4)."""
+        text = generate_latest(self.registry).decode("utf-8")
+        # prometheus_client names a counter's HELP and TYPE lines with "_total"; TF Serving's
+        # lines name the counter itself, as its samples do.
+        return text.replace(f" {REQUEST_COUNT}_total ", f" {REQUEST_COUNT} ")
