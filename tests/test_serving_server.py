@@ -33,7 +33,7 @@ from glomo_tf.cli import build_parser
 from glomo_tf.cli.common import UsageError
 from glomo_tf.cli.serve import server_from_args
 from glomo_tf.serving.limits import RequestLimits
-from glomo_tf.serving.server import ModelServer, parse_batching_parameters
+from glomo_tf.serving.server import ModelServer, ServerOptions, parse_batching_parameters
 from _serving_fixtures import raw_http, write_half_plus_two, write_toy_model
 
 MAX_BYTES = 1 << 20
@@ -792,7 +792,8 @@ def test_cli_flags_follow_tensorflow_model_server(tmp_path, store):
     assert server.models[0].name == "toy" and server.models[0].base_path == str(base)
     assert server._ports == {"grpc": 8600, "rest": None}  # --rest_api_port=0: REST off
     assert server.host == "127.0.0.1"
-    assert server.options == dict(
+    assert server.options == ServerOptions(
+        model_name="toy", model_base_path=str(base), grpc_port=8600, rest_port=None,
         enable_batching=True, max_batch_size=16, batch_timeout_micros=500, num_batch_threads=3,
         max_enqueued_batches=7, file_system_poll_wait_seconds=5.0,
         model_config_file_poll_wait_seconds=0, rest_api_timeout_in_ms=1234,
@@ -803,8 +804,24 @@ def test_cli_flags_follow_tensorflow_model_server(tmp_path, store):
     args = parse(["serve", f"--model_base_path={base}", "--enable_batching=false",
                   "--host=0.0.0.0"])
     server = server_from_args(args)
-    assert server.options["enable_batching"] is False and server.host == "0.0.0.0"
+    assert server.options.enable_batching is False and server.host == "0.0.0.0"
     assert server._ports == {"grpc": 8500, "rest": 8501} and server.models[0].name == "default"
+
+
+def test_server_options_name_an_unknown_option_and_check_their_values(tmp_path):
+    with pytest.raises(TypeError, match="unknown server option max_batchsize; ServerOptions "
+                                        "has: .*max_batch_size"):
+        ModelServer(model_base_path=str(tmp_path), max_batchsize=8)
+    options = ServerOptions(model_base_path=str(tmp_path), rest_api_num_threads=2)
+    server = ModelServer(options, grpc_port=None)
+    assert server.options == ServerOptions(model_base_path=str(tmp_path), grpc_port=None,
+                                           rest_api_num_threads=2)
+    assert server._ports == {"grpc": None, "rest": 0} and server.models[0].name == "default"
+    with pytest.raises(ValueError, match="exactly one of models, model_base_path"):
+        ServerOptions()
+    with pytest.raises(ValueError, match="--rest_api_max_connections must be an integer of at "
+                                         "least 1, got 0"):
+        ServerOptions(model_base_path=str(tmp_path), rest_api_max_connections=0)
 
 
 def test_cli_accepts_and_reports_tensorflow_model_server_tuning_flags(tmp_path, caplog):

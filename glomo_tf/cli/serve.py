@@ -12,7 +12,7 @@ import threading
 from glomo_tf.cli.common import HelpFormatter, UsageError
 from glomo_tf.serving.limits import RequestLimits
 from glomo_tf.serving.server import (DEFAULT_BATCHING, IGNORED_FLAGS, ModelServer,
-                                     parse_batching_parameters)
+                                     ServerOptions, parse_batching_parameters)
 
 log = logging.getLogger("glomo_tf.serving")
 DESCRIPTION = ("``glomo serve``: a development model server that speaks TF Serving's REST and "
@@ -154,33 +154,30 @@ def server_from_args(args):
             raise UsageError("--monitoring_config_file serves metrics on the REST port; give "
                              "a --rest_api_port")
     tags = tuple(t.strip() for t in args.saved_model_tags.split(",") if t.strip())
-    common = dict(host=args.host, grpc_port=args.port,
-                  rest_port=args.rest_api_port or None, enable_batching=args.enable_batching,
-                  file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
-                  model_config_file_poll_wait_seconds=args.model_config_file_poll_wait_seconds,
-                  rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
-                  max_request_bytes=args.max_request_bytes, saved_model_tags=tags,
-                  cors=args.rest_api_enable_cors_support, grpc_max_threads=args.grpc_max_threads,
-                  max_num_load_retries=args.max_num_load_retries,
-                  max_request_elements=args.max_request_elements,
-                  max_request_rank=args.max_request_rank, max_text_bytes=args.max_text_bytes,
-                  rest_api_num_threads=args.rest_api_num_threads,
-                  max_queued_requests=args.max_queued_requests,
-                  rest_api_max_connections=args.rest_api_max_connections,
-                  metrics_path=metrics_path,
-                  access_log=bool(args.access_log), **batching)
+    limits = {field.name: getattr(args, field.name) for field in dataclasses.fields(RequestLimits)}
     try:
-        if args.model_config_file:
-            server = ModelServer(model_config_file=args.model_config_file, **common)
-            for model in server.models:
-                if not os.path.isdir(model.base_path):
-                    raise UsageError(f"model {model.name}: base_path {model.base_path} is not a "
-                                     "directory")
-            return server
-        return ModelServer(model_name=args.model_name, model_base_path=args.model_base_path,
-                           **common)
+        options = ServerOptions(
+            model_name=args.model_name, model_base_path=args.model_base_path or None,
+            model_config_file=args.model_config_file or None, host=args.host, grpc_port=args.port,
+            rest_port=args.rest_api_port or None, enable_batching=args.enable_batching,
+            file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
+            model_config_file_poll_wait_seconds=args.model_config_file_poll_wait_seconds,
+            rest_api_timeout_in_ms=args.rest_api_timeout_in_ms, saved_model_tags=tags,
+            cors=args.rest_api_enable_cors_support, grpc_max_threads=args.grpc_max_threads,
+            max_num_load_retries=args.max_num_load_retries,
+            rest_api_num_threads=args.rest_api_num_threads,
+            max_queued_requests=args.max_queued_requests,
+            rest_api_max_connections=args.rest_api_max_connections, metrics_path=metrics_path,
+            access_log=bool(args.access_log), **batching, **limits)
+        server = ModelServer(options)
     except (OSError, ValueError) as error:
         raise UsageError(str(error)) from None
+    if args.model_config_file:
+        for model in server.models:
+            if not os.path.isdir(model.base_path):
+                raise UsageError(f"model {model.name}: base_path {model.base_path} is not a "
+                                 "directory")
+    return server
 
 
 def tensorflow_threads(args):

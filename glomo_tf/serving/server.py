@@ -13,14 +13,18 @@ by default (``--enable_batching=false`` turns it off) and merges requests whose 
 change shape with the batch, and GLoMo text requests (cut back to their own length); gRPC
 ``MultiInference`` is not implemented. Python use::
 
-    from glomo_tf.serving.server import ModelServer
-    with ModelServer(model_name="glomo", model_base_path="/models/glomo") as server:
+    from glomo_tf.serving.server import ModelServer, ServerOptions
+    options = ServerOptions(model_name="glomo", model_base_path="/models/glomo")
+    with ModelServer(options) as server:
         print(server.rest_url, server.grpc_target)
 """
 
+import dataclasses
 import logging
 import os
 import threading
+
+from glomo_tf.serving.limits import RequestLimits
 
 log = logging.getLogger("glomo_tf.serving")
 
@@ -59,29 +63,30 @@ def parse_batching_parameters(text):
             if parameters.HasField(field)}
 
 
-class ModelServer:
-    """A TF-Serving-compatible REST + gRPC server for SavedModels, in this process.
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+    """What a :class:`ModelServer` serves and how, as TF Serving's ``Server::Options`` holds its
+    flags; ``glomo serve`` builds one from ``tensorflow_model_server``'s flags.
 
-    Give either ``models`` (a list of :class:`~glomo_tf.serving.models.ModelConfig`),
-    ``model_name`` + ``model_base_path``, or ``model_config_file``.
+    Give exactly one of ``models`` (:class:`~glomo_tf.serving.models.ModelConfig` s),
+    ``model_base_path`` (with ``model_name``) or ``model_config_file``.
 
     Args:
         host: address to bind (default loopback only).
-        grpc_port / rest_port: ports; 0 picks a free one (see :attr:`grpc_port`,
-            :attr:`rest_port`), None disables that API.
+        grpc_port / rest_port: ports; 0 picks a free one (see :attr:`ModelServer.grpc_port`,
+            :attr:`ModelServer.rest_port`), None disables that API.
         enable_batching: merge concurrent requests (see :mod:`glomo_tf.serving.batching`).
         max_batch_size, batch_timeout_micros, num_batch_threads, max_enqueued_batches: batching.
         file_system_poll_wait_seconds: seconds between scans for new versions (<= 0: never).
         model_config_file_poll_wait_seconds: seconds between re-reads of the config file (<= 0:
             read once).
-        rest_api_timeout_in_ms: how long a REST request may wait for its batch.
-        max_request_bytes: largest request body (REST) or message (gRPC).
+        rest_api_timeout_in_ms: how long a REST request may wait for a worker, then its batch.
         saved_model_tags: MetaGraph tags to load.
         cors: answer REST requests with CORS headers.
         grpc_max_threads: gRPC calls converting their tensors at once.
         max_num_load_retries: retries for a version that fails to load.
-        max_request_elements, max_request_rank, max_text_bytes: the other limits of
-            :class:`~glomo_tf.serving.limits.RequestLimits`, checked before any array is built.
+        max_request_bytes, max_request_elements, max_request_rank, max_text_bytes: the
+            :class:`~glomo_tf.serving.limits.RequestLimits` (:attr:`limits`).
         rest_api_num_threads: REST requests read and decoded at once.
         max_queued_requests: requests that may wait for a turn, per API; one more is refused
             with UNAVAILABLE (HTTP 503).
@@ -91,52 +96,96 @@ class ModelServer:
         access_log: one line per request on the ``glomo_tf.serving.access`` logger.
     """
 
-    def __init__(self, models=None, *, model_name="default", model_base_path=None,
-                 model_config_file=None, host="127.0.0.1", grpc_port=0, rest_port=0,
-                 enable_batching=True, max_batch_size=32, batch_timeout_micros=0,
-                 num_batch_threads=2, max_enqueued_batches=100, file_system_poll_wait_seconds=1.0,
-                 model_config_file_poll_wait_seconds=0, rest_api_timeout_in_ms=30000,
-                 max_request_bytes=64 << 20, saved_model_tags=("serve",), cors=False,
-                 grpc_max_threads=16, max_num_load_retries=5, max_request_elements=1 << 22,
-                 max_request_rank=32, max_text_bytes=1 << 20, rest_api_num_threads=4,
-                 max_queued_requests=16, rest_api_max_connections=64, metrics_path=None,
-                 access_log=False):
-        from glomo_tf.serving.limits import RequestLimits
-        from glomo_tf.serving.models import ModelConfig
-        given = sum(x is not None for x in (models, model_base_path, model_config_file))
+    models: tuple = None
+    model_name: str = "default"
+    model_base_path: str = None
+    model_config_file: str = None
+    host: str = "127.0.0.1"
+    grpc_port: int = 0
+    rest_port: int = 0
+    enable_batching: bool = True
+    max_batch_size: int = DEFAULT_BATCHING["max_batch_size"]
+    batch_timeout_micros: int = DEFAULT_BATCHING["batch_timeout_micros"]
+    num_batch_threads: int = DEFAULT_BATCHING["num_batch_threads"]
+    max_enqueued_batches: int = DEFAULT_BATCHING["max_enqueued_batches"]
+    file_system_poll_wait_seconds: float = 1.0
+    model_config_file_poll_wait_seconds: float = 0
+    rest_api_timeout_in_ms: int = 30000
+    saved_model_tags: tuple = ("serve",)
+    cors: bool = False
+    grpc_max_threads: int = dataclasses.field(default=16, metadata={"least": 1})
+    max_num_load_retries: int = 5
+    rest_api_num_threads: int = dataclasses.field(default=4, metadata={"least": 1})
+    max_queued_requests: int = dataclasses.field(default=16, metadata={"least": 0})
+    rest_api_max_connections: int = dataclasses.field(default=64, metadata={"least": 1})
+    max_request_bytes: int = RequestLimits.max_request_bytes
+    max_request_elements: int = RequestLimits.max_request_elements
+    max_request_rank: int = RequestLimits.max_request_rank
+    max_text_bytes: int = RequestLimits.max_text_bytes
+    metrics_path: str = None
+    access_log: bool = False
+
+    def __post_init__(self):
+        given = sum(x is not None for x in (self.models, self.model_base_path,
+                                            self.model_config_file))
         if given != 1:
             raise ValueError("give exactly one of models, model_base_path or model_config_file")
-        if grpc_port is None and rest_port is None:
+        if self.grpc_port is None and self.rest_port is None:
             raise ValueError("enable at least one of the gRPC and REST APIs")
-        self.limits = RequestLimits(max_request_bytes, max_request_elements, max_request_rank,
-                                    max_text_bytes)
-        for name, value, least in (("rest_api_num_threads", rest_api_num_threads, 1),
-                                   ("grpc_max_threads", grpc_max_threads, 1),
-                                   ("max_queued_requests", max_queued_requests, 0),
-                                   ("rest_api_max_connections", rest_api_max_connections, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"--{name} must be an integer of at least {least}, got "
+        for field in dataclasses.fields(self):
+            least, value = field.metadata.get("least"), getattr(self, field.name)
+            if least is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < least):
+                raise ValueError(f"--{field.name} must be an integer of at least {least}, got "
                                  f"{value!r}")
-        self.model_config_file = model_config_file
-        if model_config_file is not None:
+        self.limits  # checks the limits
+        if self.models is not None:
+            object.__setattr__(self, "models", tuple(self.models))
+        object.__setattr__(self, "saved_model_tags", tuple(self.saved_model_tags))
+
+    @property
+    def limits(self):
+        return RequestLimits(self.max_request_bytes, self.max_request_elements,
+                             self.max_request_rank, self.max_text_bytes)
+
+    @classmethod
+    def of(cls, options=None, **fields):
+        """``options`` (a :class:`ServerOptions`, or the ``models`` list) with ``fields``
+        replaced; an unknown field is a TypeError that lists the known ones."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise TypeError(f"unknown server option{'s' * (len(unknown) > 1)} "
+                            f"{', '.join(unknown)}; ServerOptions has: {', '.join(sorted(known))}")
+        if isinstance(options, cls):
+            return dataclasses.replace(options, **fields) if fields else options
+        return cls(models=options, **fields) if options is not None else cls(**fields)
+
+
+class ModelServer:
+    """A TF-Serving-compatible REST + gRPC server for SavedModels, in this process.
+
+    Args:
+        options: a :class:`ServerOptions`, or the ``models`` to serve (a list of
+            :class:`~glomo_tf.serving.models.ModelConfig`).
+        **fields: :class:`ServerOptions` fields, replacing those of ``options``
+            (``ModelServer(model_name="glomo", model_base_path=path)``).
+    """
+
+    def __init__(self, options=None, **fields):
+        from glomo_tf.serving.models import ModelConfig
+        self.options = options = ServerOptions.of(options, **fields)
+        self.limits = options.limits
+        self.model_config_file = options.model_config_file
+        if options.model_config_file is not None:
             models = self._read_config_file()
-        elif model_base_path is not None:
-            models = [ModelConfig(model_name, os.path.abspath(model_base_path))]
+        elif options.model_base_path is not None:
+            models = [ModelConfig(options.model_name, os.path.abspath(options.model_base_path))]
+        else:
+            models = options.models
         self.models = list(models)
-        self.host = host
-        self._ports = {"grpc": grpc_port, "rest": rest_port}
-        self.options = dict(
-            enable_batching=enable_batching, max_batch_size=max_batch_size,
-            batch_timeout_micros=batch_timeout_micros, num_batch_threads=num_batch_threads,
-            max_enqueued_batches=max_enqueued_batches,
-            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
-            model_config_file_poll_wait_seconds=model_config_file_poll_wait_seconds,
-            rest_api_timeout_in_ms=rest_api_timeout_in_ms, max_request_bytes=max_request_bytes,
-            saved_model_tags=tuple(saved_model_tags), cors=cors,
-            grpc_max_threads=grpc_max_threads, max_num_load_retries=max_num_load_retries,
-            rest_api_num_threads=rest_api_num_threads, max_queued_requests=max_queued_requests,
-            rest_api_max_connections=rest_api_max_connections, metrics_path=metrics_path,
-            access_log=access_log)
+        self.host = options.host
+        self._ports = {"grpc": options.grpc_port, "rest": options.rest_port}
         self.manager = self.batcher = self.core = self.metrics = None
         self._grpc = self._rest = None
         self._stop = threading.Event()
@@ -159,13 +208,13 @@ class ModelServer:
         from glomo_tf.serving.rest_api import RestApi
         o = self.options
         self.metrics = Metrics()
-        self.manager = ModelManager(self.models, tags=o["saved_model_tags"],
-                                    poll_seconds=o["file_system_poll_wait_seconds"],
-                                    max_load_retries=o["max_num_load_retries"])
+        self.manager = ModelManager(self.models, tags=o.saved_model_tags,
+                                    poll_seconds=o.file_system_poll_wait_seconds,
+                                    max_load_retries=o.max_num_load_retries)
         self.manager.poll()
-        if o["enable_batching"]:
-            self.batcher = Batcher(o["max_batch_size"], o["batch_timeout_micros"],
-                                   o["num_batch_threads"], o["max_enqueued_batches"],
+        if o.enable_batching:
+            self.batcher = Batcher(o.max_batch_size, o.batch_timeout_micros,
+                                   o.num_batch_threads, o.max_enqueued_batches,
                                    metrics=self.metrics)
             self.metrics.gauge(":glomo:serving:queue_depth", "queue", "batching",
                                self.batcher.queued_requests)
@@ -173,29 +222,27 @@ class ModelServer:
         try:
             if self._ports["grpc"] is not None:
                 self._grpc = GrpcServer(self.core, self.host, self._ports["grpc"],
-                                        o["grpc_max_threads"], o["max_queued_requests"],
-                                        o["access_log"])
+                                        o.grpc_max_threads, o.max_queued_requests, o.access_log)
                 self._grpc.start()
             if self._ports["rest"] is not None:
                 self._rest = RestServer(
-                    RestApi(self.core, o["rest_api_timeout_in_ms"]), self.host,
-                    self._ports["rest"], o["cors"], workers=o["rest_api_num_threads"],
-                    max_queued=o["max_queued_requests"],
-                    max_connections=o["rest_api_max_connections"],
-                    metrics_path=o["metrics_path"], access_log=o["access_log"])
+                    RestApi(self.core, o.rest_api_timeout_in_ms), self.host, self._ports["rest"],
+                    o.cors, workers=o.rest_api_num_threads, max_queued=o.max_queued_requests,
+                    max_connections=o.rest_api_max_connections, metrics_path=o.metrics_path,
+                    access_log=o.access_log)
                 self._rest.start()
         except BaseException:
             self.stop()
             raise
         self.manager.start()
-        if self.model_config_file and o["model_config_file_poll_wait_seconds"] > 0:
+        if self.model_config_file and o.model_config_file_poll_wait_seconds > 0:
             self._config_thread = threading.Thread(target=self._watch_config, daemon=True,
                                                    name="glomo-serve-config")
             self._config_thread.start()
         return self
 
     def _watch_config(self):
-        wait = self.options["model_config_file_poll_wait_seconds"]
+        wait = self.options.model_config_file_poll_wait_seconds
         while not self._stop.wait(wait):
             try:
                 models = self._read_config_file()
