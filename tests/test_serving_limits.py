@@ -30,7 +30,7 @@ from glomo_tf.data import Tokenizer
 from glomo_tf.export import export_saved_model
 from glomo_tf.serving.errors import ServingError
 from glomo_tf.serving.limits import Admission, RequestLimits
-from glomo_tf.serving.models import Signature
+from glomo_tf.serving.servables import Signature
 from glomo_tf.serving.monitoring import parse_monitoring_config
 from glomo_tf.serving.server import ModelServer
 from _serving_fixtures import raw_http, write_toy_model
@@ -371,35 +371,31 @@ def test_monitoring_config_format():
 
 
 def parse_exposition(text):
-    """Prometheus text format 0.0.4, parsed independently: {(name, labels): value}; checks
-    every line's syntax, TYPE lines before samples, and histogram buckets."""
-    samples, types = {}, {}
-    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|'
-                        r'\\.)*"(?:,|(?=\})))*\})? (-?[0-9.e+]+|\+Inf|NaN)$')
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split()
-            assert kind in ("counter", "gauge", "histogram"), line
-            types[name] = kind
-            continue
-        matched = sample.match(line)
-        assert matched, f"not a Prometheus sample line: {line!r}"
-        name, labels, value = matched.group(1), matched.group(2) or "", matched.group(3)
-        family = re.sub(r"_(bucket|sum|count)$", "", name)
-        assert name in types or family in types, f"sample before its TYPE: {line}"
-        samples[name, labels] = float(value)
-    for (name, labels), value in samples.items():
-        if name.endswith("_bucket"):
-            others = labels.replace(re.search(r'le="[^"]*"', labels).group(0), "")
-            others = others.replace("{,", "{").replace(",}", "}").replace(",,", ",")
-            others = "" if others == "{}" else others
-            buckets = sorted((float(re.search(r'le="([^"]*)"', l).group(1).replace(
-                "+Inf", "inf")), v) for (n, l), v in samples.items()
-                if n == name and l.replace(re.search(r'le="[^"]*"', l).group(0), "").replace(
-                    "{,", "{").replace(",}", "}").replace(",,", ",") in (others, "{}"))
-            counts = [v for _, v in buckets]
-            assert counts == sorted(counts), f"buckets not cumulative: {name}{labels}"
-            assert counts[-1] == samples[name[:-7] + "_count", others], name
+    """Prometheus text format 0.0.4 as TF Serving serves it, read with prometheus_client's
+    parser: ``{(sample name, labels): value}``, labels written ``{a="x",b="y"}`` in TF Serving's
+    order. Every family has its TYPE line; a counter's samples carry its own name (TF Serving
+    writes no ``_total`` and no ``_created`` series); histogram buckets are cumulative."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = text.splitlines()
+    samples, order = {}, ("model_name", "status", "API", "entrypoint", "queue", "le")
+    for family in text_string_to_metric_families(text):
+        assert family.type in ("counter", "gauge", "histogram"), family
+        assert f"# TYPE {family.name} {family.type}" in lines, family.name
+        buckets = {}
+        for sample in family.samples:
+            name = family.name if family.type == "counter" else sample.name
+            assert any(line.startswith(name + ("{" if sample.labels else " "))
+                       for line in lines), f"no sample line for {name}"
+            labels = ",".join(f'{k}="{sample.labels[k]}"' for k in order if k in sample.labels)
+            samples[name, "{" + labels + "}" if labels else ""] = sample.value
+            if name.endswith("_bucket"):
+                key = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+                buckets.setdefault(key, []).append((float(sample.labels["le"]), sample.value))
+        for key, counts in buckets.items():
+            values = [v for _, v in sorted(counts)]
+            assert values == sorted(values), f"buckets not cumulative: {family.name}{key}"
+    assert not any(re.search(r"_(total|created)\b", line) for line in lines), text
     return samples
 
 
@@ -409,7 +405,7 @@ def test_prometheus_metrics_count_requests_latency_batches_and_queues(toy_base, 
     args = build_parser([("serve", "glomo_tf.cli.serve")]).parse_args(
         ["serve", f"--model_base_path={toy_base}", "--model_name=toy", "--port=1",
          f"--monitoring_config_file={config}"])
-    assert server_from_args(args).options["metrics_path"] == "/metrics/here"
+    assert server_from_args(args).options.metrics_path == "/metrics/here"
     with serve(toy_base, metrics_path="/metrics/here") as server:
         for _ in range(3):
             assert rest(server.rest_url + PREDICT, "POST", {"instances": ["a"]})[0] == 200

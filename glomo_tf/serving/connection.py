@@ -12,13 +12,14 @@ each answered as TF Serving's JSON error:
   whose body had all arrived is still answered), then the connection closes.
 """
 
+import asyncio
 import ctypes
 import logging
 from http import HTTPStatus
 
 from aiohttp import streams, web, web_protocol
 
-from glomo_tf.serving.errors import invalid
+from glomo_tf.serving.errors import ServingError, invalid
 from glomo_tf.serving.limits import too_large
 
 log = logging.getLogger("glomo_tf.serving")
@@ -183,12 +184,33 @@ class Server(web.Server):
         super().connection_lost(handler, exc)
 
 
-def body_error(error):
-    """The :class:`~glomo_tf.serving.errors.ServingError` a request is answered with when
-    reading its body failed with ``error`` (None: not a refusal of the body)."""
-    if isinstance(error, BodyRefused):
-        return error.error
-    if isinstance(error, web_protocol.RequestPayloadError):  # a malformed chunked body
-        return invalid(f"malformed request body: {error}")
-    return None
+async def read_body(request, limit, timeout):
+    """The body of ``request``: refused over ``limit`` bytes (413, before any byte is read when
+    its Content-Length says so), cut short (400), malformed (400), or not arrived within
+    ``timeout`` seconds (408), each as a :class:`~glomo_tf.serving.errors.ServingError`."""
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large(too_large_message(limit, request.content_length))
+    if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == \
+            "100-continue":  # as aiohttp's router does for its routes
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+    try:
+        return await within(request.read(), timeout)
+    except asyncio.TimeoutError:
+        raise ServingError("DEADLINE_EXCEEDED", "the request body did not arrive within "
+                           f"{timeout:g} s", 408) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large(too_large_message(limit)) from None
+    except BodyRefused as refused:
+        raise refused.error from None
+    except web_protocol.RequestPayloadError as error:  # a malformed chunked body
+        raise invalid(f"malformed request body: {error}") from None
 
+
+async def within(awaitable, seconds):
+    """``await awaitable``, raising ``asyncio.TimeoutError`` after ``seconds`` (None: never);
+    on Python 3.11 and later without the task ``asyncio.wait_for`` wraps a coroutine in."""
+    if not hasattr(asyncio, "timeout"):
+        return await asyncio.wait_for(awaitable, seconds)
+    async with asyncio.timeout(seconds):
+        return await awaitable

@@ -14,6 +14,8 @@ clients. A decoded request runs without holding a turn, so that the batcher (whi
 own queue) can merge more requests than there are workers.
 """
 
+import asyncio
+import collections
 import contextlib
 import dataclasses
 import threading
@@ -174,3 +176,48 @@ class Admission:
             yield
         finally:
             self.give_back()
+
+
+class LoopTurns:
+    """An :class:`Admission`'s turns for coroutines on one event loop: a request waits for its
+    turn on a future, in the order it came, without a thread."""
+
+    def __init__(self, admission):
+        self.admission = admission
+        self._waiters = collections.deque()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, timeout=None):
+        """Holds one turn for the ``async with`` block.
+
+        Raises:
+            ServingError: UNAVAILABLE when every turn is taken and the queue is full;
+                DEADLINE_EXCEEDED when no turn came within ``timeout`` seconds.
+        """
+        if not self.admission.take():
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            except (asyncio.TimeoutError, asyncio.CancelledError) as stopped:
+                if waiter.done():  # the turn came as the wait ended: hand it on
+                    self._give_back()
+                else:
+                    waiter.cancel()
+                    self._waiters.remove(waiter)
+                    self.admission.leave_queue()
+                if isinstance(stopped, asyncio.CancelledError):
+                    raise
+                raise self.admission.late(timeout) from None
+        try:
+            yield
+        finally:
+            self._give_back()
+
+    def _give_back(self):
+        self.admission.give_back()
+        while self._waiters and self.admission.running < self.admission.workers:
+            waiter = self._waiters.popleft()
+            self.admission.leave_queue()
+            self.admission.take()  # a turn is free: held from here by the waiter
+            waiter.set_result(None)

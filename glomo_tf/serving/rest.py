@@ -9,9 +9,7 @@ TF Serving's HTTP status for its canonical code. A request never takes the serve
 """
 
 import asyncio
-import collections
 import concurrent.futures
-import contextlib
 import logging
 import socket
 import threading
@@ -21,7 +19,7 @@ from aiohttp import web
 
 from glomo_tf.serving import connection
 from glomo_tf.serving.errors import ServingError, from_http_status, invalid
-from glomo_tf.serving.limits import Admission, too_large
+from glomo_tf.serving.limits import Admission, LoopTurns, too_large
 from glomo_tf.serving.monitoring import CONTENT_TYPE, Metrics
 from glomo_tf.serving.rest_api import Prediction, not_found_message, route_of
 
@@ -82,6 +80,7 @@ class RestServer:
         self.metrics = self.core.metrics or Metrics()
         self.cors = cors
         self.admission = Admission(workers, max_queued, "REST", "--rest_api_num_threads")
+        self.turns = LoopTurns(self.admission)
         self.max_connections = max_connections
         self.body_timeout = body_timeout
         self.metrics_path = metrics_path
@@ -96,7 +95,6 @@ class RestServer:
                                                           thread_name_prefix="glomo-serve-rest")
         self.open, self.over = set(), set()  # connections served, and those over the cap
         self.waiting = {}  # connection -> the exchange of its request being served
-        self._turns = collections.deque()  # futures of requests waiting for a turn
         self.loop = self._server = self._thread = None
 
     @property
@@ -153,8 +151,9 @@ class RestServer:
             raise invalid(f"Malformed request: unsupported method {method!r}")
         if method not in HAS_BODY:
             return await self._run(exchange, *self._dispatch(method, path, b""))
-        async with self._turn():
-            body = await self._read_body(request)
+        async with self.turns.turn(self.request_timeout):
+            body = await connection.read_body(request, self.limits.max_request_bytes,
+                                              self.body_timeout)
             if len(body) >= DECODE_IN_POOL:  # a large parse must not hold up the others
                 status, answer = await self.loop.run_in_executor(
                     self.pool, self._dispatch, method, path, body)
@@ -167,58 +166,6 @@ class RestServer:
             raise ServingError("NOT_FOUND", not_found_message(method, path))
         return self.api.dispatch(method, path, body)
 
-    async def _read_body(self, request):
-        limit = self.limits.max_request_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large(connection.too_large_message(limit, request.content_length))
-        if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == \
-                "100-continue":  # as aiohttp's router does for its routes
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            request.writer.output_size = 0
-        try:
-            return await within(request.read(), self.body_timeout)
-        except asyncio.TimeoutError:
-            raise ServingError("DEADLINE_EXCEEDED", "the request body did not arrive within "
-                               f"{self.body_timeout:g} s", 408) from None
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large(connection.too_large_message(limit)) from None
-        except Exception as error:
-            refusal = connection.body_error(error)
-            if refusal is None:
-                raise
-            raise refusal from None
-
-    @contextlib.asynccontextmanager
-    async def _turn(self):
-        """Holds one of the admission's turns, waiting for it without a thread."""
-        if not self.admission.take():
-            waiter = self.loop.create_future()
-            self._turns.append(waiter)
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), self.request_timeout)
-            except (asyncio.TimeoutError, asyncio.CancelledError) as stopped:
-                if waiter.done():  # the turn came as the wait ended: hand it on
-                    self._give_turn_back()
-                else:
-                    waiter.cancel()
-                    self._turns.remove(waiter)
-                    self.admission.leave_queue()
-                if isinstance(stopped, asyncio.CancelledError):
-                    raise
-                raise self.admission.late(self.request_timeout) from None
-        try:
-            yield
-        finally:
-            self._give_turn_back()
-
-    def _give_turn_back(self):
-        self.admission.give_back()
-        while self._turns and self.admission.running < self.admission.workers:
-            waiter = self._turns.popleft()
-            self.admission.leave_queue()
-            self.admission.take()  # a turn is free: held from here by the waiter
-            waiter.set_result(None)
-
     async def _run(self, exchange, status, answer):
         if isinstance(answer, Prediction):
             done = self.loop.create_future()
@@ -229,7 +176,7 @@ class RestServer:
             exchange.cancel = self.core.submit(answer.signature, answer.inputs, finished)
             if exchange.cancel is not None:
                 try:
-                    outputs = await within(done, self.request_timeout)
+                    outputs = await connection.within(done, self.request_timeout)
                 except asyncio.TimeoutError:
                     exchange.cancel()
                     raise ServingError("DEADLINE_EXCEEDED", "the request was not served within "
@@ -293,15 +240,6 @@ class RestServer:
         else:
             self.socket.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-async def within(awaitable, seconds):
-    """``await awaitable``, raising ``asyncio.TimeoutError`` after ``seconds`` (None: never);
-    on Python 3.11 and later without the task ``asyncio.wait_for`` wraps a coroutine in."""
-    if not hasattr(asyncio, "timeout"):
-        return await asyncio.wait_for(awaitable, seconds)
-    async with asyncio.timeout(seconds):
-        return await awaitable
 
 
 def _settle(future, outputs, error):
