@@ -112,3 +112,13 @@ def test_a_whole_request_then_a_half_close_is_answered_then_closed(server):
 def test_an_idle_half_closed_connection_is_closed(server):
     data, seconds = exchange(server, b"", half_close=True)
     assert data == b"" and seconds < 5
+
+
+def test_a_refused_chunk_behind_a_pipelined_request_is_still_answered(server):
+    body = json.dumps({"signature_name": "negate", "instances": [5.0]})
+    first = (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+             f"{body}").encode()
+    data, seconds = exchange(server, first + chunked_head() + f"{2 ** 40:x}\r\n".encode())
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and rest.startswith(b'{"predictions": [-5.0]}')
+    assert b"HTTP/1.1 413 " in rest and b"Connection: close" in rest and seconds < 5, data

@@ -76,11 +76,14 @@ class Connection(web_protocol.RequestHandler):
         self.limit = manager.limit
         self.newest = None  # (message, body stream) of the request the parser read last
         self.half_closed = False
+        self.refused = False  # a body was refused: nothing more is parsed
         self.answered = 0  # requests answered, of the connection's _request_count received
         parser = self._parser
         self.llhttp = (parser, llhttp_state(parser))  # the parser kept alive with its state
 
     def data_received(self, data):
+        if self.refused:
+            return  # the refused request's answer closes the connection
         super().data_received(data)
         if self._messages:
             self.newest = self._messages[-1]
@@ -112,9 +115,9 @@ class Connection(web_protocol.RequestHandler):
             self.answered += 1
 
     def closing(self):
-        """Whether the answer being made is the connection's last: its client closed its side
-        and sent no other request."""
-        return self.half_closed and self._request_count == self.answered + 1
+        """Whether the answer being made is the connection's last: its client closed its side,
+        or its body was refused, and no other request came after it."""
+        return (self.half_closed or self.refused) and self._request_count == self.answered + 1
 
     def _body_in_progress(self):
         if self.newest is None:
@@ -127,7 +130,7 @@ class Connection(web_protocol.RequestHandler):
     def _refuse(self, body, error):
         body.set_exception(BodyRefused(error))
         body.feed_eof()  # nothing more is read into it, nor lingered over
-        self._close = True  # nothing more is parsed: the answer closes the connection
+        self.refused = True
 
     def handle_error(self, request, status=500, exc=None, message=None):
         if request.writer.output_size > 0:
