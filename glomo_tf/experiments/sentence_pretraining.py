@@ -14,8 +14,9 @@ the command runs. A run lives in one output directory, like ``glomo pretrain``'s
                                      (the probe accuracy against pairs seen)
 
 Running the same command again resumes from the newest checkpoint with the same batches: each
-epoch's order is a function of the seed and the epoch (:func:`glomo_tf.experiments.pretraining.epoch_stream`)
-and the batches already trained on are skipped. Epochs shorter than the corpus
+epoch's order is a function of the seed and the epoch
+(:func:`glomo_tf.experiments.pretraining_data.epoch_stream`) and the batches already trained on
+are skipped. Epochs shorter than the corpus
 (``steps_per_epoch``) read it part after part.
 """
 
@@ -318,7 +319,7 @@ def _train(s, run_dir):
     from glomo_tf import training
     from glomo_tf.data.sentences import mask_id
     from glomo_tf.models.sentence_pretrainer import SentencePretrainer
-    from glomo_tf.experiments.pretraining import epoch_stream, epochs_to_read
+    from glomo_tf.experiments.pretraining_data import epoch_stream, epochs_to_read
     from glomo_tf.saving import load_graph_predictor
 
     started = time.perf_counter()
