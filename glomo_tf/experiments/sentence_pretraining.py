@@ -239,7 +239,7 @@ def heldout_losses(run_dir, paths, corpus_format="books", max_pairs=20000, batch
     import tensorflow as tf
 
     from glomo_tf.data import sentences
-    from glomo_tf.experiments.probe import load_sentence_run
+    from glomo_tf.experiments.probe_encoders import load_sentence_run
 
     if max_pairs < batch_size:
         raise ValueError(f"max_pairs ({max_pairs}) is below one batch of {batch_size}; raise it.")
