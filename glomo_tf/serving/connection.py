@@ -14,6 +14,7 @@ each answered as TF Serving's JSON error:
 
 import asyncio
 import ctypes
+import json
 import logging
 from http import HTTPStatus
 
@@ -145,7 +146,6 @@ class Connection(web_protocol.RequestHandler):
 
 def error_response(status, message):
     """TF Serving's error answer: ``{"error": message}`` with the HTTP status."""
-    import json
     return web.Response(status=status, headers={"Content-Type": "application/json"},
                         body=json.dumps({"error": message}, ensure_ascii=False).encode("utf-8"))
 
