@@ -849,6 +849,76 @@ def benchmarks_table():
                     rows)
 
 
+# The earlier runs kept beside the latest (``benchmarks/outputs/pretrain_runs/``,
+# ``serving_runs/``): each output and the code it ran, what came after it.
+EARLIER_PRETRAIN_RUNS = (
+    ("before_fused_batch_norm", "before the training CNNs' fused batch norm, the decoders' "
+     "one input product and the float32 gate sigmoids (`--mode function` only)"),
+    ("before_xla_guard", "before code that XLA compiles came to keep the masked batch norm"),
+    ("before_gather_then_cast", "before the transfer path's changes (the gate sigmoid in float32, "
+     "the mixtures' products with one batch axis, the predictor's rows gathered then cast)"),
+    ("before_head_messages", "before `FeaturePredictor`'s per-head messages ran as one batched "
+     "product instead of TensorFlow's einsum"),
+    ("before_transpose_rows", "before the transposes that keep their last axis moved rows in "
+     "8-byte words (`transpose_rows`)"),
+    ("before_transpose_rows_same_machine", "the commit right before `transpose_rows`, run next "
+     "after the latest row, on its machine"),
+)
+EARLIER_SERVING_RUNS = (  # output, the run, whether issue 35's bar is for it (the small model)
+    ("latency_2026-11-29", "the small model, on the latest pretraining row's machine", True),
+    ("latency_large_2026-11-29", "the large model, the same session", False),
+    ("latency_2026-11-29_b", "the small model again, the machine quiet", True),
+)
+
+
+def _code(result):
+    return result["recorded"]["code"].replace("commit ", "")
+
+
+@table("earlier pretraining runs", "benchmarks/README.md")
+def earlier_pretraining_runs_table():
+    """The pretraining command's earlier runs (``benchmarks/outputs/pretrain_runs/*.json``) and
+    the latest (``pretrain_throughput.json``): the ratios against the peer, each side's bfloat16
+    step, the step's GFLOP and its transposes."""
+    rows = []
+    for name, what in EARLIER_PRETRAIN_RUNS + (("../pretrain_throughput", "the latest"),):
+        r = bench(f"pretrain_runs/{name}")
+        best = r["best_mode"]
+        at_best, f32 = r["ratio_best_vs_peer_best_rounds"], r["ratio_vs_peers_rounds"]["float32"][best]
+        profile = r.get("profile_ms_per_step", {})
+        transposes = " / ".join(f"{profile[m]['_MklTranspose']:.1f}" for m in
+                                ("function_bf16", "function") if "_MklTranspose" in profile.get(m, {}))
+        rows.append([f"`{os.path.normpath('pretrain_runs/' + name)}.json`", _code(r), when(r), what,
+                     f"{r['ratio_best_vs_peer_best']:.2f}x ({min(at_best):.2f}-{max(at_best):.2f}x)",
+                     f"{r['ratio_vs_peers']['float32'][best]:.2f}x ({min(f32):.2f}-{max(f32):.2f}x)",
+                     f"{r['ms_per_iter_median']['function_bf16']:,.0f} ms",
+                     f"{r['peers']['mixed_bfloat16']['ms_per_iter_median']:,.0f} ms",
+                     f"{r['matmul_gflop_per_step']:.0f}", transposes or "-"])
+    return markdown(["output", "code", "recorded (date; machine)", "what ran", "best / peer at its "
+                     "best (rounds)", "best / peer float32 (rounds)", "glomo_tf bfloat16 step",
+                     "peer bfloat16 step", "GFLOP a step", "transposes, ms (bfloat16 / float32)"],
+                    rows)
+
+
+@table("earlier serving runs", "benchmarks/README.md")
+def earlier_serving_runs_table():
+    """The serving command's runs on the machine of the latest pretraining rows
+    (``benchmarks/outputs/serving_runs/*.json``) against issue 35's bar: REST adds at most 1 ms
+    to the p50 and keeps at least 0.7x of in-process throughput at concurrency 8, every round."""
+    rows = []
+    for name, what, small in EARLIER_SERVING_RUNS:
+        r = bench(f"serving_runs/{name}")
+        added = r["rest_vs_in_process"]["concurrency_1"]["p50_added_ms"]
+        ratio = r["rest_vs_in_process"]["concurrency_8"]["throughput_ratio"]
+        bar = max(added) <= 1.0 and min(ratio) >= 0.7
+        rows.append([f"`serving_runs/{name}.json`", _code(r), when(r), what, spread(added, " ms"),
+                     f"{min(ratio):.2f}-{max(ratio):.2f}x",
+                     ("held" if bar else "missed") if small else "-"])
+    return markdown(["output", "code", "recorded (date; machine)", "run", "REST adds to the p50 "
+                     "(rounds)", "REST throughput at concurrency 8 (rounds)", "issue 35's bar"],
+                    rows)
+
+
 # ------------------------------------------------------------- docs/guides/related-models.md
 
 def _percent(value):
