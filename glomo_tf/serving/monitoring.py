@@ -64,8 +64,9 @@ class Metrics(Collector):
     """The server's metrics on ``prometheus_client``'s counters, histograms and gauges, in a
     registry of their own; every method is thread-safe.
 
-    The text is TF Serving's: a counter's samples carry the counter's own name (no ``_total``)
-    and no ``_created`` series is written, as TF Serving's exporter writes neither.
+    The text is TF Serving's (``tensorflow_serving/util/prometheus_exporter.cc``): TYPE lines
+    without HELP lines, a counter's samples under the counter's own name (no ``_total``), no
+    ``_created`` series.
     """
 
     def __init__(self):
@@ -107,8 +108,9 @@ class Metrics(Collector):
             yield written
 
     def exposition(self):
-        """The metrics in Prometheus' text format (0.0.4)."""
-        text = generate_latest(self.registry).decode("utf-8")
-        # prometheus_client names a counter's HELP and TYPE lines with "_total"; TF Serving's
-        # lines name the counter itself, as its samples do.
-        return text.replace(f" {REQUEST_COUNT}_total ", f" {REQUEST_COUNT} ")
+        """The metrics in Prometheus' text format (0.0.4) as TF Serving's exporter writes it: a
+        TYPE line for each family and no HELP line; the counter's own name on its TYPE line
+        (prometheus_client adds "_total" there)."""
+        lines = generate_latest(self.registry).decode("utf-8").splitlines(keepends=True)
+        return "".join(line.replace(f" {REQUEST_COUNT}_total ", f" {REQUEST_COUNT} ")
+                       for line in lines if not line.startswith("# HELP "))
