@@ -204,7 +204,7 @@ def test_glomo_transfer_in_bfloat16_learns_the_planted_task(tmp_path, capsys):
     assert cli.main(["transfer", "--run", str(run_dir), "--dataset", "file", "--file", str(data),
                      "--variants", "baseline", "--seeds", "1", "--epochs", "3", "--max-length",
                      "16", "--resume", "--output-dir", str(out), *TINY]) == 2
-    assert "precision 'mixed_bfloat16' -> 'float32'" in capsys.readouterr().err
+    assert "precision: 'mixed_bfloat16' -> 'float32'" in capsys.readouterr().err
 
 
 def test_cpu_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):

@@ -153,6 +153,7 @@ def test_glomo_serve_answers_tf_servings_predict_on_strings(tmp_path):
     import http.client
     import json
 
+    from glomo_tf.serving import ServingClient
     from glomo_tf.serving.server import ModelServer
 
     classifier = small("rnn")
@@ -168,5 +169,13 @@ def test_glomo_serve_answers_tf_servings_predict_on_strings(tmp_path):
         response = connection.getresponse()
         status, doc = response.status, json.loads(response.read())
         connection.close()
+        # The serving guide's client calls: the export's input is named "text".
+        served = {protocol: ServingClient(url, model_name="sentiment", protocol=protocol,
+                                          timeout=120).predict({"text": texts})
+                  for protocol, url in (("rest", server.rest_url),
+                                        ("grpc", server.grpc_target))}
     assert status == 200, doc
     np.testing.assert_allclose(np.array(doc["predictions"]), expected, atol=1e-5)
+    for protocol, outputs in served.items():
+        (probabilities,) = outputs.values()
+        np.testing.assert_allclose(probabilities, expected, atol=1e-5, err_msg=protocol)
