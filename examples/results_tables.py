@@ -1878,6 +1878,9 @@ def render_page(page):
             raise ValueError(f"{page}: {kind} markers without a renderer: "
                              f"{sorted(marked - expected)}; renderers without a marker: "
                              f"{sorted(expected - marked)}")
+    starting = [line for line in lines if FIGURE.match(line) or line.startswith("<!-- /")]
+    if starting:  # Markdown would read a comment that starts a line as a block of its own
+        raise ValueError(f"{page}: a figure's marker starts a line: {starting[0][:60]}")
     for name, (start, end) in sorted(found.items(), key=lambda item: -item[1][0]):
         lines[start:end] = TABLES[name][1]().split("\n")
     return FIGURE.sub(lambda m: (f"<!-- {m.group(1)} figure -->{FIGURES[m.group(1)][1]()}"
