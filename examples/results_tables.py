@@ -158,6 +158,21 @@ def readme_classifier_table():
     return readme_classifier.render_table(output("readme_classifier.json"))
 
 
+@figure("books predictor", "README.md")
+def books_predictor_figure():
+    """The tokens the books predictor (``glomo_books_en``) saw, and the corpus' first tokens they
+    all came from: each epoch drawn from its first ``steps x batch + SHUFFLE_BUFFER`` windows
+    (``books_gru_curve.json``)."""
+    from glomo_tf.experiments.pretraining import SHUFFLE_BUFFER
+
+    label, curve, _, epochs = BOOKS[0]  # the preset is the 12-epoch ``gru`` predictor
+    settings = output(curve)["settings"]
+    per_epoch = settings["steps_per_epoch"] * settings["batch_size"]
+    seen = output(curve)["curve"][epochs - 1]["tokens_seen"]
+    return (f"{seen / 1e6:.1f}M tokens seen, all from the "
+            f"corpus' first {(per_epoch + SHUFFLE_BUFFER) * settings['window'] / 1e6:.1f}M")
+
+
 # ------------------------------------------------------------------- docs/results/planted.md
 
 def diagnostic(name):
@@ -847,6 +862,44 @@ def benchmarks_table():
     rows += [transfer_cost_row(), preset_load_row(), reader_epoch_row()]
     return markdown(["script", "output", "latest figures", "recorded (date; machine)", "command"],
                     rows)
+
+
+# The structure learners beside GLoMo on MR and SUBJ: variant, label, command.
+RELATED_ROWS = (
+    ("baseline", "baseline (BiGRU + self-attention)", "`glomo transfer --run runs/wt2 --dataset mr "
+     "--variants baseline ...` (flags as in [Results on MR and SUBJ](../results/transfer.md"
+     "#results-on-mr-and-subj); `--run runs/subj_text --dataset subj` for SUBJ)"),
+    ("cn3", "CN3 (`cn3`: CN3_LSTM, one graph layer, mean pooling)", "`... --variants cn3`"),
+    ("shared_private", "shared/private RNN (`shared_private`: half shared, 2 anchors, reconstruct "
+     "and predict 4 units, weight 0.5)", "`... --variants shared_private`"),
+    ("glomo_embeddings", "GLoMo on the embeddings (`glomo_embeddings`)",
+     "`... --variants glomo_embeddings`"),
+    ("glomo_rnn", "GLoMo on the BiGRU states (`glomo_rnn`)", "`... --variants glomo_rnn`"),
+)
+
+
+@table("related models", "docs/guides/related-models.md")
+def related_models_table():
+    """CN3 and the shared/private RNN beside the baseline and GLoMo (``mr_results.json``,
+    ``subj_results.json``), 5 paired seeds."""
+    summaries = [output(f"{task}_results.json")["summary"] for task in ("mr", "subj")]
+    rows = []
+    for name, label, command in RELATED_ROWS:
+        row = [label, command]
+        for summary in summaries:
+            p = summary["paired"].get(name)
+            row += [mean_std(summary["variants"][name]),
+                    "" if p is None else f"{100 * p['mean_difference']:+.2f} ({p['wins']} / "
+                    f"{p['ties']} / {p['losses']}; p {p['p']:.2f})"]
+        rows.append(row)
+    return markdown(["model", "command", "MR (WikiText-2 tokenizer)",
+                     "paired with the baseline (wins / ties / losses; p)", "SUBJ (SUBJ tokenizer)",
+                     "paired with the baseline"], rows)
+
+
+@figure("subj uniform", "docs/guides/related-models.md")
+def subj_uniform_figure():
+    return f"{100 * output('subj_results.json')['summary']['paired']['uniform']['mean_difference']:+.2f}"
 
 
 # The earlier runs kept beside the latest (``benchmarks/outputs/pretrain_runs/``,
