@@ -81,6 +81,8 @@ def test_mkdocs_build_strict(tmp_path):
     assert first == "glomo_tf.layers.GlomoTransfer", first
     assert 'id="glomo_tf.layers.GlomoTransfer.from_preset"' in api
     assert not re.search(r'id="glomo_tf\.layers\.\w+\.(call|get_config|from_config|build)"', api)
+    # The type column filled from the docstrings' words (docs_types.py).
+    assert re.search(r"<code>num_mixtures</code>\s*</td>\s*<td>\s*<code><span title=\"int\">int</span>", api, re.S)
 
 
 def test_dead_links_are_errors_of_the_site_build():
@@ -102,7 +104,7 @@ def test_the_hook_rewrites_links_by_where_their_targets_live():
         return types.SimpleNamespace(file=types.SimpleNamespace(src_uri=src_uri))
 
     guide = mkdocs_hooks.on_page_markdown(
-        "[card](../../glomo_tf/builtin_presets/glomo_books_en/MODEL_CARD.md) "
+        "[card](../../glomo_tf/builtin_presets/glomo_books_en/README.md) "
         "[home](../../README.md#transfer-in-modelfit) [x](../api/layers.md) "
         "[web](https://keras.io/a.md) ![p](../../examples/outputs/wikitext2_graphs.png)",
         page("guides/transfer.md"), None, None)
@@ -113,3 +115,30 @@ def test_the_hook_rewrites_links_by_where_their_targets_live():
         "[g](docs/guides/transfer.md) [h](docs/results/x.md#a---b) [s](setup.py)",
         page("project/readme.md"), None, None)
     assert readme == "[g](../guides/transfer.md) [h](../results/x.md#a-b) [s](setup.py)"
+
+
+def test_the_reference_takes_its_type_column_from_the_docstrings_words():
+    """docs_types.py (the site's griffe extension) turns ``name: int, words`` into Google
+    style's ``name (int): words``, and names the type of entries that start with one, leaving
+    the rest and the continuation lines as they are."""
+    import docs_types
+
+    docstring = "\n".join([
+        "Summary.", "", "Args:",
+        "    num_mixtures: int, mixtures per direction.",
+        "    fine_tune: bool. False (default) freezes the",
+        "        predictor: its weights stay.",
+        "    fused: bool (default False): one XLA cluster.",
+        "    mode: ``\"learned\"`` or ``\"uniform\"``.",
+        "    top_k: None (default: dense) or int: the sources kept.",
+        "    predictor: a :class:`~glomo_tf.layers.GraphPredictor`, or None.",
+        "    other: the rest.", "", "Returns:", "    int, the count."])
+    assert docs_types.typed(docstring).splitlines()[3:] == [
+        "    num_mixtures (int): mixtures per direction.",
+        "    fine_tune (bool): False (default) freezes the",
+        "        predictor: its weights stay.",
+        "    fused (bool): one XLA cluster.",
+        "    mode (str): ``\"learned\"`` or ``\"uniform\"``.",
+        "    top_k (int | None): None (default: dense) or int: the sources kept.",
+        "    predictor (GraphPredictor): a :class:`~glomo_tf.layers.GraphPredictor`, or None.",
+        "    other: the rest.", "", "Returns:", "    int, the count."]
