@@ -157,11 +157,6 @@ def test_what_the_prose_says_of_the_tables_holds():
         "transfer_float32_seed_std"]
 
 
-def bench(name):
-    with open(os.path.join(REPO, "benchmarks", "outputs", f"{name}.json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
 def test_what_the_guides_say_of_their_tables_holds():
     """The claims the guides and docs/benchmarks.md make in words about their rendered tables."""
     tasks = ("mr", "subj", "sst2")
@@ -213,16 +208,15 @@ def test_what_the_guides_say_of_their_tables_holds():
     assert beyond == {"mr": [], "subj": [0, 1, 2]}
     assert all(not higher(r["curve"][list(r["curve"])[-1]]["probe"], r["baselines"]["results"][
         "bow"]) for r in (fed, control))
-    for name, c in (("transfer_overhead", "auto"), ("transfer_overhead_chained", "chained")):
-        config = bench(name)["config"]  # docs/benchmarks.md's labels: batch 64, T 48, ...
-        assert (config["batch"], config["seq"], config["propagation"]) == (64, 48, c)
-    for name, precision in (("transfer_overhead_cache_topk", "float32"),
-                            ("transfer_overhead_cache_topk_bf16", "mixed_bfloat16")):
-        config = bench(name)["config"]
-        assert config.get("precision", "float32") == precision
-        assert config["cache"] and config["top_k"] == 8 and config["uniform"]
-    assert (lambda c: (c["seq"], c["d"]))(bench("transfer_overhead_cache_topk_large")[
-        "config"]) == (128, 256)
+    keys = ("batch", "seq", "d", "propagation", "precision", "cache", "top_k", "uniform")
+    configs = [{"precision": "float32", **TABLES.bench(f"transfer_overhead{n}")["config"]} for n in
+               ("", "_chained", "_cache_topk", "_cache_topk_bf16", "_cache_topk_large")]
+    assert [tuple(c[k] for k in keys) for c in configs] == [  # docs/benchmarks.md's labels
+        (64, 48, 64, "auto", "float32", False, None, False),
+        (64, 48, 64, "chained", "float32", False, None, False),
+        (64, 48, 64, "auto", "float32", True, 8, True),
+        (64, 48, 64, "auto", "mixed_bfloat16", True, 8, True),
+        (16, 128, 256, "auto", "float32", True, 8, True)]
 
 
 def test_the_committed_ordered_memory_models_are_the_recorded_runs():
