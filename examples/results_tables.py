@@ -899,7 +899,8 @@ def related_models_table():
 
 @figure("subj uniform", "docs/guides/related-models.md")
 def subj_uniform_figure():
-    return f"{100 * output('subj_results.json')['summary']['paired']['uniform']['mean_difference']:+.2f}"
+    uniform = output("subj_results.json")["summary"]["paired"]["uniform"]
+    return f"{100 * uniform['mean_difference']:+.2f}"
 
 
 # The earlier runs kept beside the latest (``benchmarks/outputs/pretrain_runs/``,
@@ -937,13 +938,17 @@ def earlier_pretraining_runs_table():
     for name, what in EARLIER_PRETRAIN_RUNS + (("../pretrain_throughput", "the latest"),):
         r = bench(f"pretrain_runs/{name}")
         best = r["best_mode"]
-        at_best, f32 = r["ratio_best_vs_peer_best_rounds"], r["ratio_vs_peers_rounds"]["float32"][best]
+        at_best = r["ratio_best_vs_peer_best_rounds"]
+        f32 = r["ratio_vs_peers_rounds"]["float32"][best]
         profile = r.get("profile_ms_per_step", {})
-        transposes = " / ".join(f"{profile[m]['_MklTranspose']:.1f}" for m in
-                                ("function_bf16", "function") if "_MklTranspose" in profile.get(m, {}))
+        transposes = " / ".join(f"{profile[m]['_MklTranspose']:.1f}"
+                                for m in ("function_bf16", "function")
+                                if "_MklTranspose" in profile.get(m, {}))
         rows.append([f"`{os.path.normpath('pretrain_runs/' + name)}.json`", _code(r), when(r), what,
-                     f"{r['ratio_best_vs_peer_best']:.2f}x ({min(at_best):.2f}-{max(at_best):.2f}x)",
-                     f"{r['ratio_vs_peers']['float32'][best]:.2f}x ({min(f32):.2f}-{max(f32):.2f}x)",
+                     f"{r['ratio_best_vs_peer_best']:.2f}x "
+                     f"({min(at_best):.2f}-{max(at_best):.2f}x)",
+                     f"{r['ratio_vs_peers']['float32'][best]:.2f}x "
+                     f"({min(f32):.2f}-{max(f32):.2f}x)",
                      f"{r['ms_per_iter_median']['function_bf16']:,.0f} ms",
                      f"{r['peers']['mixed_bfloat16']['ms_per_iter_median']:,.0f} ms",
                      f"{r['matmul_gflop_per_step']:.0f}", transposes or "-"])
@@ -1109,8 +1114,9 @@ def points(a, b, shown=False):
     """``a - b`` on MR / SUBJ / SST-2 in points (``shown``: of the one-decimal figures the tables
     show)."""
     digits = 1 if shown else 12
-    return " / ".join(f"{round(100 * a[t]['accuracy'], digits) - round(100 * b[t]['accuracy'], digits):.1f}"
-                      for t in SENTENCE_TASKS)
+    gaps = [round(100 * a[t]["accuracy"], digits) - round(100 * b[t]["accuracy"], digits)
+            for t in SENTENCE_TASKS]
+    return " / ".join(f"{gap:.1f}" for gap in gaps)
 
 
 def above(a, b):
@@ -1221,7 +1227,9 @@ def bfloat16_sst2_figure():
             100 * probe["bow"]["sst2"]["accuracy"], 1)
 
     def said(d):
-        return "level with it" if abs(d) < 0.05 else f"{abs(d):.1f} points {'above' if d > 0 else 'below'} it"
+        if abs(d) < 0.05:
+            return "level with it"
+        return f"{abs(d):.1f} points {'above' if d > 0 else 'below'} it"
 
     return f"{said(gap('_bfloat16'))} here and {said(gap(''))} in float32"
 
@@ -1332,7 +1340,8 @@ def books_epoch_reads_figure():
 def books_passes_figure():
     config = output("sentence_encoders_books.json")["run_config"]
     last = list(output("sentence_encoders_books.json")["curve"].values())[-1]
-    return f"{COUNTS[last['pairs_seen'] // (config['steps_per_epoch'] * config['batch_size'])]} passes"
+    epoch = config["steps_per_epoch"] * config["batch_size"]
+    return f"{COUNTS[last['pairs_seen'] // epoch]} passes"
 
 
 @_figure("books converged")
@@ -1341,11 +1350,11 @@ def books_converged_figure():
     point, baselines = newest("sentence_encoders_books_converged")
     beaten = above(point["probe"], baselines["bow"])
     below = [t for t, name in SENTENCE_TASKS.items() if name not in beaten]
+    short = [baselines["bow"][t]["accuracy"] - point["probe"][t]["accuracy"] for t in below]
     return (f"{COUNTS[len(beaten)]} of the three tasks ({'/'.join(beaten)}); the target asks for "
             f"two. Converging lifts the encoder on every task and leaves the bag of words where "
             f"it was, but " + " and ".join(SENTENCE_TASKS[t] for t in below) + " stay "
-            + " and ".join(f"{100 * (baselines['bow'][t]['accuracy'] - point['probe'][t]['accuracy']):.1f}"
-                           for t in below) + " points short")
+            + " and ".join(f"{100 * gap:.1f}" for gap in short) + " points short")
 
 
 # The leave-one-out runs at the book budget: output suffix, the encoder's label, what it leaves out.
@@ -1448,7 +1457,8 @@ def book_encoder_weights_figure():
 
 def committed_models_size():
     folder = os.path.join(HERE, "outputs", "ordered_memory_logic_models")
-    return f"{sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) / 1e6:.1f} MB"
+    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    return f"{size / 1e6:.1f} MB"
 
 
 _figure("ordered memory models size")(committed_models_size)
@@ -1796,7 +1806,8 @@ def auto_switch_figure():
     from glomo_tf import GraphMixture
 
     mixture = GraphMixture(num_mixtures=2)
-    return f"`T = {next(t for t in range(1, 4096) if not mixture.explicit_is_cheaper(t, 64, 2, 4))}`"
+    switch = next(t for t in range(1, 4096) if not mixture.explicit_is_cheaper(t, 64, 2, 4))
+    return f"`T = {switch}`"
 
 
 @figure("explicit crossover", "docs/benchmarks.md")
