@@ -25,6 +25,9 @@ EXTRAS = {
     "serve": ["tensorflow-serving-api==2.21.0", "aiohttp>=3.10,<4", "orjson>=3.10,<4",
               "pysimdjson>=7,<8", "httptools>=0.6,<1", "prometheus-client>=0.20,<1"],
     "datasets": ["tensorflow-datasets==4.9.10"],
+    # Presets named by a Hub handle (glomo_tf.presets.download): hf://OWNER/NAME through
+    # huggingface_hub, kaggle://OWNER/MODEL/FRAMEWORK/VARIATION through kagglehub.
+    "hub": ["huggingface-hub>=0.23,<3", "kagglehub>=0.3,<2"],
     # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
     "sklearn": ["scikit-learn>=1.5,<2"],
     # The API reference (mkdocs.yml, docs/api/): `mkdocs build --strict`, run by tests/test_docs.py.

@@ -33,8 +33,11 @@ def test_the_predictor_and_the_tokenizer_save_themselves_one_after_the_other(par
     path = predictor.save_to_preset(tmp_path / "preset", reference_ids=ids,
                                     metadata={"corpus": ["two lines"]})
     assert not presets.has_tokenizer(path) and sorted(os.listdir(path)) == [
-        "config.json", "metadata.json", "model.weights.h5", "reference_graphs.npz"]
+        "README.md", "config.json", "metadata.json", "model.weights.h5", "reference_graphs.npz"]
+    assert "GlomoTokenizer" not in (tmp_path / "preset" / "README.md").read_text()
     assert tokenizer.save_to_preset(path) == path
+    # The card follows the metadata: the tokenizer saved, it says how to load it.
+    assert "GlomoTokenizer.from_preset(" in (tmp_path / "preset" / "README.md").read_text()
     info = presets.preset_metadata(path)
     assert info["tokenizer"] == tokenizer.get_config() and info["corpus"] == ["two lines"]
     assert info["reference_graphs"] == {"sequences": len(CORPUS)}
