@@ -64,7 +64,7 @@ def main(argv=None):
     from glomo_tf.experiments.transfer import TransferConfig
     from glomo_tf.models.reader import build_reader
 
-    predictor = glomo_tf.GraphPredictor.from_preset(a.preset)
+    predictor = glomo_tf.GraphPredictor.from_preset(a.preset, trainable=False)
     tokenizer = glomo_tf.Tokenizer.from_preset(a.preset)
     questions = squad.load_squad(a.file)
     _, parts, answered = reading.encode_splits(questions, None, tokenizer, a.max_length)

@@ -84,7 +84,7 @@ def main(argv=None):
     import glomo_tf
 
     tokenizer = glomo_tf.Tokenizer.from_preset("glomo_books_en")
-    predictor = glomo_tf.GraphPredictor.from_preset("glomo_books_en")  # frozen
+    predictor = glomo_tf.GraphPredictor.from_preset("glomo_books_en", trainable=False)
     ids = tokenizer.encode(texts, max_length=48).numpy()
     train = len(texts) - len(texts) // 5  # the seeded order: the last fifth is held out
     print(f"{train} MR sentences for training, {len(texts) - train} held out")

@@ -17,6 +17,7 @@ import os
 import keras
 import tensorflow as tf
 
+from glomo_tf import presets
 from glomo_tf.data.vocabulary import PAD_ID, Tokenizer, Vocabulary
 
 
@@ -50,6 +51,9 @@ class GlomoTokenizer(keras.layers.Layer):
     >>> tokenizer.detokenize([[2, 3, 4], [2, 1, 0]]).numpy().tolist()
     [b'the cat sat', b'the <unk>']
     """
+
+    #: The built-in presets with a tokenizer, ``{name: metadata}``.
+    presets = presets.BuiltinPresets(needs_tokenizer=True)
 
     def __init__(self, vocabulary=None, sequence_length=None, splitter=None, lowercase=None,
                  subword=None, **kwargs):
@@ -167,7 +171,8 @@ class GlomoTokenizer(keras.layers.Layer):
 
     @classmethod
     def from_preset(cls, preset, sequence_length=None, **kwargs):
-        """The tokenizer of ``preset`` (a built-in name or a preset directory) as a layer."""
+        """The tokenizer of ``preset`` as a layer: a built-in name (``GlomoTokenizer.presets``),
+        a preset directory, or an ``hf://`` / ``kaggle://`` handle (the ``hub`` extra)."""
         return cls(Tokenizer.from_preset(preset), sequence_length=sequence_length, **kwargs)
 
     def save_to_preset(self, preset_dir):

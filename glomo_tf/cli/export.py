@@ -79,7 +79,7 @@ def run(args):
 
 def _preset_predictor(directory):
     from glomo_tf.layers.graph_predictor import GraphPredictor
-    return GraphPredictor.from_preset(directory)
+    return GraphPredictor.from_preset(directory, trainable=False)
 
 
 def _keras_file_predictor(model_path):

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from glomo_tf import hparams, ops
+from glomo_tf import hparams, ops, presets
 from glomo_tf.layers._common import float32_sigmoid
 from glomo_tf.layers.graph_input import GraphInput, shape_of
 from glomo_tf.layers.graph_mixture import GRAPH_MODES, GraphMixture
@@ -97,6 +97,9 @@ class GlomoTransfer(keras.layers.Layer):
         Yang et al., NeurIPS 2018, Sections 2.2 and 2.3.
     """
 
+    #: The built-in presets whose predictor it loads, ``{name: metadata}``.
+    presets = presets.BuiltinPresets()
+
     def __init__(self, graph_predictor=None, num_mixtures=1, conditioned=True,
                  include_products=True, graph_mode="learned", units=None, fine_tune=False,
                  dropout=0.0, propagation="auto", top_k=None, graph_temperature=None,
@@ -158,14 +161,25 @@ class GlomoTransfer(keras.layers.Layer):
     @classmethod
     def from_preset(cls, preset, dtype=None, fine_tune=False, **kwargs):
         """A ``GlomoTransfer`` on the predictor of ``preset`` (a built-in name, see
-        :func:`glomo_tf.list_presets`, or a directory written by :func:`glomo_tf.save_preset`),
-        read by :meth:`GraphPredictor.from_preset`; ``kwargs`` are the layer's other arguments.
-        Feed it the preset's token ids (:meth:`glomo_tf.data.Tokenizer.from_preset`).
+        ``GlomoTransfer.presets``, a directory written by :meth:`save_to_preset`, or an
+        ``hf://`` / ``kaggle://`` handle), read by :meth:`GraphPredictor.from_preset`; frozen
+        unless ``fine_tune``. ``kwargs`` are the layer's other arguments. Feed it the preset's token
+        ids (:meth:`glomo_tf.GlomoTokenizer.from_preset`).
 
         >>> transfer = GlomoTransfer.from_preset("glomo_books_en", num_mixtures=2)
         """
         predictor = GraphPredictor.from_preset(preset, trainable=fine_tune, dtype=dtype)
         return cls(graph_predictor=predictor, fine_tune=fine_tune, **kwargs)
+
+    def save_to_preset(self, preset_dir, tokenizer=None, metadata=None, weights_dtype="float32"):
+        """Writes the layer's graph predictor (fine-tuned or not) as a preset, with its
+        ``tokenizer`` when given (:meth:`GraphPredictor.save_to_preset`); returns its path. The
+        mixture's own weights are the downstream model's, saved with it (``model.save``)."""
+        if self.graph_predictor is None:
+            raise ValueError(f"{self.name} has no graph predictor to save (it reads given "
+                             "graphs): save the predictor that made them.")
+        return self.graph_predictor.save_to_preset(preset_dir, tokenizer=tokenizer,
+                                                   metadata=metadata, weights_dtype=weights_dtype)
 
     def build(self, input_shape):
         features_shape, graphs_shape = self._build_graphs(input_shape)

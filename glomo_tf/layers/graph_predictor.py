@@ -113,6 +113,8 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
 
     coupled = False
     _stacks = 4  # forward key, forward query, backward key, backward query
+    #: The built-in presets, ``{name: metadata}`` (keras-hub's ``Backbone.presets``).
+    presets = presets.BuiltinPresets()
 
     def __init__(
         self,
@@ -199,19 +201,33 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
         return padding_mask, self.encoder(self.embed(token_ids), padding_mask, training=training)
 
     @classmethod
-    def from_preset(cls, preset, trainable=False, dtype=None):
-        """The predictor of ``preset``: a built-in name (:func:`glomo_tf.list_presets`) or a
-        directory written by :meth:`save_to_preset` (:func:`glomo_tf.save_preset`); frozen
-        unless ``trainable``, run in the dtype policy ``dtype`` (default float32). Its
-        tokenizer: :meth:`glomo_tf.data.Tokenizer.from_preset`."""
+    def from_preset(cls, preset, trainable=True, dtype=None):
+        """The predictor of ``preset``, built, its weights read.
+
+        As keras-hub's ``from_preset``, it is returned trainable: the freezing is the transfer
+        layer's (:class:`~glomo_tf.GlomoTransfer` with ``fine_tune=False``, its default, sets
+        ``trainable=False`` on it, and so do :class:`~glomo_tf.GlomoClassifier` and
+        ``glomo transfer``); pass ``trainable=False`` to freeze it here.
+
+        Args:
+            preset: a built-in name (``GraphPredictor.presets``), a directory written by
+                :meth:`save_to_preset`, or an ``hf://OWNER/NAME`` / ``kaggle://...`` handle
+                (the ``hub`` extra; :func:`glomo_tf.presets.preset_directory`).
+            trainable: bool.
+            dtype: a dtype policy to run it in (``"mixed_bfloat16"``); default float32.
+
+        Its tokenizer: :meth:`glomo_tf.GlomoTokenizer.from_preset`.
+
+        >>> predictor = GraphPredictor.from_preset("glomo_books_en")
+        """
         predictor = presets.read_layer(preset, cls, dtype=dtype)
         predictor.trainable = trainable
         return predictor
 
     def save_to_preset(self, preset_dir, tokenizer=None, metadata=None, weights_dtype="float32",
                        reference_ids=None, reference_texts=None):
-        """Writes this predictor as a preset directory (replacing a preset there); returns its
-        path.
+        """Writes this predictor as a preset directory (replacing a preset there), with its model
+        card (``README.md``, from the metadata); returns its path.
 
         ``metadata`` is merged into ``metadata.json``; ``weights_dtype="float16"`` halves the
         weights file; the graphs of ``reference_ids`` (int ``[N, T]``, read from

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from glomo_tf import presets
 from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.models.classifier import build_classifier
 from glomo_tf.models.pair_classifier import build_pair_classifier
@@ -58,6 +59,8 @@ class GlomoClassifier(keras.Model):
     """
 
     default_name = "glomo_classifier"
+    #: The built-in presets it is built on (those with a tokenizer), ``{name: metadata}``.
+    presets = presets.BuiltinPresets(needs_tokenizer=True)
 
     def __init__(self, tokenizer, graph_predictor=None, num_classes=2, transfer_at="rnn",
                  embedding_dim=128, rnn_units=128, dropout=0.3, vocabulary_size=None, **kwargs):
@@ -100,15 +103,61 @@ class GlomoClassifier(keras.Model):
         return text, core(tokenizer(text))
 
     @classmethod
-    def from_preset(cls, preset, num_classes, transfer_at="rnn", sequence_length=None,
+    def from_preset(cls, preset, num_classes=None, transfer_at="rnn", sequence_length=None,
                     **kwargs):
-        """A classifier on ``preset``'s tokenizer and graph predictor (a built-in name, see
-        :func:`glomo_tf.list_presets`, or a preset directory); ``sequence_length`` cuts every
-        text to that many units (default: none, each batch padded to its longest)."""
-        tokenizer = GlomoTokenizer.from_preset(preset, sequence_length=sequence_length)
-        predictor = GraphPredictor.from_preset(preset) if transfer_at is not None else None
+        """A classifier from ``preset``: a built-in name (``GlomoClassifier.presets``), a preset
+        directory, or an ``hf://`` / ``kaggle://`` handle (the ``hub`` extra; downloaded once).
+
+        With ``num_classes``, a new classifier on the preset's tokenizer and graph predictor
+        (which :class:`~glomo_tf.GlomoTransfer` freezes; ``transfer_at=None`` leaves it out),
+        its other sizes from ``kwargs``. Without, the classifier saved in the preset by
+        :meth:`save_to_preset`, with its weights (``transfer_at``, ``sequence_length`` and
+        ``kwargs`` are then the saved ones). ``sequence_length`` cuts every text to that many
+        units (default: none, each batch padded to its longest).
+        """
+        directory = presets.preset_directory(preset)
+        if num_classes is None:
+            if not presets.has_task(directory):
+                raise ValueError(f"{cls.__name__}.from_preset({preset!r}) needs num_classes: "
+                                 "the preset holds no saved classifier.")
+            if kwargs or sequence_length is not None:
+                raise ValueError("the preset's saved classifier keeps its own settings: pass "
+                                 "num_classes for a new one with other settings.")
+            task = presets.read_task(directory, cls)
+            task.tokenizer.load_assets(presets.tokenizer_directory(directory))
+            return presets.load_task_weights(directory, task)
+        tokenizer = GlomoTokenizer.from_preset(directory, sequence_length=sequence_length)
+        predictor = (GraphPredictor.from_preset(directory, trainable=False)
+                     if transfer_at is not None else None)
         return cls(tokenizer, predictor, num_classes=num_classes, transfer_at=transfer_at,
                    **kwargs)
+
+    def save_to_preset(self, preset_dir, metadata=None, weights_dtype="float32"):
+        """Writes the classifier as a preset (replacing a preset there): its graph predictor
+        (:meth:`GraphPredictor.save_to_preset`, none for ``transfer_at=None``), its tokenizer,
+        the model itself (``task.json``, ``task.weights.h5``) and the model card; returns its
+        path. ``from_preset(preset_dir)`` gives it back, weights and all; the predictor and
+        tokenizer load from it on their own too.
+
+        Args:
+            preset_dir: where to write.
+            metadata: a dict merged into ``metadata.json`` (``description``, ``corpus``,
+                ``data_licence``, ...: what the model card says).
+            weights_dtype: the predictor's weights file, ``"float32"`` or ``"float16"``.
+        """
+        with presets.writing(preset_dir) as directory:
+            if self.graph_predictor is not None:
+                self.graph_predictor.save_to_preset(directory, metadata=metadata,
+                                                    weights_dtype=weights_dtype)
+            else:
+                presets.write_metadata(directory, {
+                    "class_name": None, "vocabulary_size": int(self.vocabulary_size),
+                    "tokenizer": None, **(metadata or {})})
+            self.tokenizer.save_to_preset(directory)
+            presets.write_task(directory, self, {
+                "class_name": type(self).__name__, "num_classes": int(self.num_classes),
+                "transfer_at": self.transfer_at})
+        return str(preset_dir)
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
         """keras.Model.compile, with this task's defaults for ``"auto"``: Adam (``1e-3``),
