@@ -9,8 +9,9 @@ transfer there used); ``glomo_planted_demo`` is the predictor ``glomo demo`` tra
 ``RUN/preset``). Weights are stored in float16; each preset records the graphs of a few reference
 inputs computed in float32 before the rounding, and how far the stored weights move them
 (``metadata.json``: ``float16_graph_difference``, checked against ``graph_tolerance`` by the
-tests). Each model card (``MODEL_CARD.md``) is rendered from ``metadata.json`` and the recorded
-results in ``examples/outputs/`` by :func:`model_card`; a test renders it again and compares.
+tests). Each model card (``README.md``) is the card every preset is written with, rendered from
+``metadata.json``, and the results recorded in ``examples/outputs/`` (:func:`model_card`); a test
+renders it again and compares.
 """
 
 import argparse
@@ -125,37 +126,19 @@ def _transfer_rows(results, label):
 
 
 def model_card(name):
-    """The model card of the built-in preset ``name``, from its metadata and recorded results."""
-    with open(os.path.join(BUILTIN, name, "metadata.json")) as f:
-        info = json.load(f)
-    lines = [f"# `{name}`", "", info["description"] + ".", "",
-             "```python",
-             "import glomo_tf",
-             f"predictor, tokenizer = glomo_tf.load_preset(\"{name}\")",
-             "```", "",
-             "| | |", "|---|---|",
-             f"| corpus | {', '.join(info['corpus'])} |",
-             f"| data licence | {info['data_licence']} |",
-             f"| tokens seen | {info['tokens_seen']:,} |"]
-    if "text_read" in info:
-        lines.append(f"| text read | {info['text_read']} |")
-    if "validation_perplexity" in info:
-        lines.append(f"| validation perplexity | {info['validation_perplexity']:.1f} "
-                     f"({info['validation_text']}) |")
+    """The model card (``README.md``) of the built-in preset ``name``: the card every preset is
+    written with (:func:`glomo_tf.presets.model_card`, from its metadata), then the results
+    recorded for it in ``examples/outputs/``."""
+    from glomo_tf import presets
+
+    info = presets.preset_metadata(name)
+    lines = [presets.model_card(name).rstrip("\n"), ""]
     if "planted_recovery_best_head" in info:
         best = info["planted_recovery_best_head"]
-        lines.append(f"| planted edges recovered (best head) | forward {best['forward']:.2f}, "
-                     f"backward {best['backward']:.2f} |")
-    tokenizer = info["tokenizer"]
-    lines += [f"| parameters | {info['parameters']:,} |",
-              f"| vocabulary | {info['vocabulary_size']:,} ids" + (
-                  f", {tokenizer['splitter']} splitting"
-                  + (", lower-cased" if tokenizer["lowercase"] else "") + " |"
-                  if tokenizer else " (token ids, no tokenizer) |"),
-              f"| weights on disk | {info['weights_dtype']}; the graphs of the reference inputs "
-              f"move by at most {info['float16_graph_difference']:.2g} from float32 "
-              f"(tolerance {info['graph_tolerance']}) |",
-              f"| made by | {info['made_by']} |", ""]
+        lines += ["## The planted edges it recovers", "",
+                  f"Share of the planted receivers whose strongest edge, in its best head, "
+                  f"points at the planted source: forward {best['forward']:.2f}, backward "
+                  f"{best['backward']:.2f} (`glomo demo`, held-out windows).", ""]
     if name == "glomo_books_en":
         mr = _load("books_mr_stats_gru.json")
         sick_stats = _load("books_sick_stats_gru.json")
@@ -186,9 +169,7 @@ def model_card(name):
                   f"{100 * walk['mean_difference']:+.2f} over the uniform graph, p "
                   f"{walk['p']:.3f}; `examples/outputs/sick_walk_results.json`, "
                   "docs/results/where-graphs-pay.md), so these weights stay.", ""]
-    lines += ["Check a loaded copy against the graphs recorded when it was written: "
-              f"`glomo_tf.presets.check_preset(\"{name}\")` (the largest difference).", ""]
-    return "\n".join(lines)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def readme_row(name):
@@ -204,15 +185,15 @@ def readme_row(name):
     return (f"| `{name}` | {what} | {info['tokens_seen']:,} | "
             f"{'-' if perplexity is None else f'{perplexity:.1f}'} | {info['parameters']:,} | "
             f"{info['float16_graph_difference']:.2g} (tolerance {info['graph_tolerance']}) | "
-            f"[card](glomo_tf/builtin_presets/{name}/MODEL_CARD.md) |")
+            f"[card](glomo_tf/builtin_presets/{name}/README.md) |")
 
 
 def write_cards():
     for name in sorted(os.listdir(BUILTIN)):
         if os.path.isfile(os.path.join(BUILTIN, name, "metadata.json")):
-            with open(os.path.join(BUILTIN, name, "MODEL_CARD.md"), "w") as f:
+            with open(os.path.join(BUILTIN, name, "README.md"), "w") as f:
                 f.write(model_card(name))
-            print(f"wrote {name}/MODEL_CARD.md")
+            print(f"wrote {name}/README.md")
 
 
 def main(argv=None):

@@ -50,8 +50,9 @@ def toy(tmp_path_factory):
 
 
 def test_layout_and_metadata(toy):
-    assert sorted(os.listdir(toy["full"])) == ["assets", "config.json", "metadata.json",
-                                               "model.weights.h5", "reference_graphs.npz"]
+    assert sorted(os.listdir(toy["full"])) == ["README.md", "assets", "config.json",
+                                               "metadata.json", "model.weights.h5",
+                                               "reference_graphs.npz"]
     assert sorted(os.listdir(os.path.join(toy["full"], "assets", "tokenizer"))) == [
         "tokenizer.json", "vocab.txt"]
     info = presets.preset_metadata(toy["full"])
@@ -164,7 +165,8 @@ def test_bad_presets_get_one_line_errors(toy, tmp_path):
     replaced = glomo_tf.save_preset(toy["predictor"], None, tmp_path / "occupied_by_preset")
     glomo_tf.save_preset(toy["predictor"], toy["tokenizer"], replaced, reference_texts=CORPUS)
     glomo_tf.save_preset(toy["predictor"], None, replaced)
-    assert sorted(os.listdir(replaced)) == ["config.json", "metadata.json", "model.weights.h5"]
+    assert sorted(os.listdir(replaced)) == ["README.md", "config.json", "metadata.json",
+                                            "model.weights.h5"]
     assert not [n for n in os.listdir(tmp_path) if ".partial-" in n]
     small = Tokenizer.build(["two words"])
     with pytest.raises(ValueError, match="save the tokenizer the predictor was trained with"):
@@ -234,7 +236,7 @@ def test_readme_presets_table_and_timing_come_from_the_recorded_outputs():
 def test_model_cards_are_rendered_from_the_recorded_results():
     module = make_presets()
     for name in glomo_tf.list_presets():
-        card = os.path.join(presets.BUILTIN_DIR, name, "MODEL_CARD.md")
+        card = os.path.join(presets.BUILTIN_DIR, name, "README.md")
         with open(card) as f:
             assert f.read() == module.model_card(name), f"{card} is stale: run " \
                 "python examples/make_presets.py --cards-only"
