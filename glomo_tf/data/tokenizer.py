@@ -56,6 +56,8 @@ class Tokenizer(tf.Module):
     """
 
     DEFAULTS = DEFAULT_SETTINGS
+    #: The built-in presets with a tokenizer, ``{name: metadata}`` (keras-hub's ``presets``).
+    presets = presets.BuiltinPresets(needs_tokenizer=True)
 
     def __init__(self, vocabulary, splitter="whitespace", lowercase=False, subword=False,
                  max_length=None, max_bytes_per_word=100):
@@ -141,8 +143,9 @@ class Tokenizer(tf.Module):
 
     @classmethod
     def from_preset(cls, preset):
-        """The tokenizer of ``preset`` (a built-in name, see :func:`glomo_tf.list_presets`, or a
-        directory written by :func:`glomo_tf.save_preset`): the ids its predictor reads."""
+        """The tokenizer of ``preset`` (a built-in name, see ``Tokenizer.presets``, a directory
+        written by :meth:`save_to_preset` or :func:`glomo_tf.save_preset`, or an ``hf://`` /
+        ``kaggle://`` handle, the ``hub`` extra): the ids its predictor reads."""
         path = presets.tokenizer_directory(preset)
         try:
             return cls.load(path)
