@@ -34,6 +34,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
 
 from _records import read_record, write_record  # noqa: E402
 
@@ -88,13 +90,22 @@ def row_key(size, row):
     return f"{size} | {row}"
 
 
+def where_this_runs():
+    """The date and machine of this invocation (``benchmarks/_harness.recorded``'s)."""
+    from _harness import recorded
+
+    stamp = recorded()
+    return {"date": stamp["date"], "machine": stamp["machine"], "code": stamp["code"]}
+
+
 def render_table(record):
     """The Markdown table of a JSON written by this script: a row per (size, row)."""
-    lines = ["| training expressions | graphs, form | seeds | test accuracy | - baseline |",
-             "|---:|---|---:|---:|---:|"]
+    lines = ["| training expressions | graphs, form | seeds | test accuracy by seed | mean | "
+             "- baseline |", "|---:|---|---:|---|---:|---:|"]
     for entry in record["rows"].values():
         accuracies = [100 * a for a in entry["accuracy_by_seed"].values()]
         mean = sum(accuracies) / len(accuracies)
+        by_seed = " / ".join(f"{a:.1f}" for a in accuracies)
         paired = entry.get("paired_with_baseline")
         if paired:
             seeds = paired["seeds"]
@@ -102,8 +113,8 @@ def render_table(record):
                       f"{paired['losses']}" + (f", p {paired['p']:.2g})" if seeds > 1 else ")"))
         else:
             versus = "-"
-        lines.append(f"| {entry['size']:,} | {entry['row']} | {len(accuracies)} | {mean:.1f} | "
-                     f"{versus} |")
+        lines.append(f"| {entry['size']:,} | {entry['row']} | {len(accuracies)} | {by_seed} | "
+                     f"{mean:.1f} | {versus} |")
     return "\n".join(lines)
 
 
@@ -118,6 +129,7 @@ def main(argv=None):
     from glomo_tf import cli, evaluation
 
     paths = make_data(os.path.join(args.run_dir, "data"))
+    here = where_this_runs()
     for size in args.sizes:
         results = {}
         for row in ["baseline"] + [r for r in args.rows if r != "baseline"]:
@@ -135,10 +147,16 @@ def main(argv=None):
             with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:
                 runs = json.load(handle)["runs"]
             results[row] = evaluation.per_seed_accuracy(runs, variant)
+            before = record["rows"].get(row_key(size, row), {})
             entry = {"size": size, "row": row, "variant": variant,
                      "command": "glomo " + " ".join(argv_row),
                      "seeds": sorted(results[row]),
-                     "accuracy_by_seed": {str(s): a for s, a in sorted(results[row].items())}}
+                     "accuracy_by_seed": {str(s): a for s, a in sorted(results[row].items())},
+                     # Where each seed's run was trained: a seed the record already held was
+                     # resumed, not trained here, and keeps its entry.
+                     "trained_on": {str(s): before.get("trained_on", {}).get(str(s))
+                                    if s in before.get("seeds", ()) else here
+                                    for s in sorted(results[row])}}
             if row != "baseline":
                 entry["paired_with_baseline"] = evaluation.paired_comparison(
                     results[row], results["baseline"])
