@@ -17,13 +17,12 @@ EXTRAS = {
     "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "pyyaml>=6",
              "scikit-learn>=1.5,<2"],
     "tune": ["keras-tuner==1.4.8"],
-    # aiohttp: the REST server's HTTP/1.1 (its C parser, llhttp); orjson: the REST server writes
-    # numeric tensors in C, not per element; pysimdjson: the client reads them from an answer
-    # straight into arrays, without a Python number per element; httptools: the client reads
-    # answers with llhttp in C (http.client parses headers in Python, on every request);
+    # aiohttp: the REST server's HTTP/1.1 and the client's (its C parser, llhttp); orjson: the
+    # REST server writes numeric tensors in C, not per element; pysimdjson: the client reads
+    # them from an answer straight into arrays, without a Python number per element;
     # prometheus-client: the server's metrics and their text format.
     "serve": ["tensorflow-serving-api==2.21.0", "aiohttp>=3.10,<4", "orjson>=3.10,<4",
-              "pysimdjson>=7,<8", "httptools>=0.6,<1", "prometheus-client>=0.20,<1"],
+              "pysimdjson>=7,<8", "prometheus-client>=0.20,<1"],
     "datasets": ["tensorflow-datasets==4.9.10"],
     # Presets named by a Hub handle (glomo_tf.presets.download): hf://OWNER/NAME through
     # huggingface_hub, kaggle://OWNER/MODEL/FRAMEWORK/VARIATION through kagglehub.
