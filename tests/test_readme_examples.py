@@ -15,7 +15,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Every page with Python examples, with how many it has (a block cannot vanish unnoticed).
 PAGES = {"README.md": 1, "docs/guides/transfer.md": 4, "docs/guides/related-models.md": 1,
-         "docs/guides/images.md": 1}
+         "docs/guides/images.md": 1, "docs/guides/serving.md": 2}
 
 
 def python_blocks(name):
