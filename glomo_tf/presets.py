@@ -39,7 +39,6 @@ A preset is named by (:func:`preset_directory`):
 
 import contextlib
 import datetime
-import importlib
 import json
 import os
 import shutil
@@ -47,7 +46,9 @@ import tempfile
 
 import numpy as np
 
-from glomo_tf import hparams
+from glomo_tf import hparams, preset_cards, preset_sources
+from glomo_tf.preset_sources import (HUB_EXTRA, HUBS, MissingHubLibrary,  # noqa: F401
+                                     PresetError, existing_file, first_line, read_json)
 
 PRESET_FORMAT = "glomo_tf.preset"
 PRESET_FORMAT_VERSION = 1
@@ -61,21 +62,6 @@ TASK_CONFIG_FILE = "task.json"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 WEIGHTS_DTYPES = ("float32", "float16")
 BUILTIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin_presets")
-# Handle scheme -> (the library that downloads it, the handle's form).
-HUBS = {"hf": ("huggingface_hub", "hf://OWNER/NAME or hf://OWNER/NAME@REVISION"),
-        "kaggle": ("kagglehub", "kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]")}
-HUB_EXTRA = "hub"
-
-
-class PresetError(ValueError):
-    """A preset that cannot be found or read; the message names the file and the fix."""
-
-
-class MissingHubLibrary(PresetError, ImportError):
-    """An ``hf://`` or ``kaggle://`` handle without the library that downloads it: the message
-    names the extra to install."""
-
-
 class BuiltinPresets:
     """A class attribute listing the built-in presets the class loads, ``{name: metadata}``
     (:func:`list_presets`, read when it is asked for), as keras-hub's ``Backbone.presets``::
@@ -216,7 +202,7 @@ def write_metadata(directory, entries):
     version, the versions of the code and the date when the preset has none yet)."""
     path = os.path.join(directory, METADATA_FILE)
     if os.path.isfile(path):
-        info = _read_json(directory, METADATA_FILE)
+        info = read_json(directory, METADATA_FILE)
     else:
         import keras
 
@@ -257,29 +243,6 @@ def save_tokenizer(directory, tokenizer):
     write_metadata(directory, {"tokenizer": tokenizer.get_config()})
     write_model_card(directory)
     return os.fspath(directory)
-
-
-def write_task(directory, task, entries):
-    """Writes the Keras model ``task`` into the preset ``directory`` (its predictor and
-    tokenizer written first): ``task.json`` (``keras.saving.serialize_keras_object``) and
-    ``task.weights.h5`` (its layers' weights, without optimizer state), and ``entries`` (what
-    the model card says of the task: ``class_name``, ``num_classes``, ``transfer_at``) as
-    ``metadata.json``'s ``task``.
-    Returns ``directory``."""
-    import keras
-
-    with open(os.path.join(directory, TASK_CONFIG_FILE), "w") as f:
-        json.dump(keras.saving.serialize_keras_object(task), f, indent=1)
-    _task_weights_model(task).save_weights(os.path.join(directory, TASK_WEIGHTS_FILE))
-    write_metadata(directory, {"task": dict(entries)})
-    return os.fspath(directory)
-
-
-def _task_weights_model(task):
-    """A functional model over ``task``'s layers, uncompiled: its weights file holds the layers'
-    variables and no optimizer state (a loaded task is compiled afresh)."""
-    import keras
-    return keras.Model(task.inputs, task.outputs, name="glomo_task")
 
 
 def _check_writable(directory):
@@ -352,7 +315,7 @@ def list_presets():
     names = sorted(n for n in os.listdir(BUILTIN_DIR)
                    if os.path.isfile(os.path.join(BUILTIN_DIR, n, METADATA_FILE))) \
         if os.path.isdir(BUILTIN_DIR) else []
-    return {name: _read_json(os.path.join(BUILTIN_DIR, name), METADATA_FILE) for name in names}
+    return {name: read_json(os.path.join(BUILTIN_DIR, name), METADATA_FILE) for name in names}
 
 
 def preset_directory(preset):
@@ -364,8 +327,8 @@ def preset_directory(preset):
     installed, before anything is read or downloaded.
     """
     preset = os.fspath(preset)
-    if _scheme(preset) is not None:
-        return download(preset)
+    if preset_sources.scheme(preset) is not None:
+        return preset_sources.download(preset, METADATA_FILE)
     if os.path.isdir(preset):
         return preset
     builtin = os.path.join(BUILTIN_DIR, preset)
@@ -377,44 +340,6 @@ def preset_directory(preset):
                       f"built-in name ({names}) or an hf:// or kaggle:// handle.")
 
 
-def download(handle):
-    """The local directory of the preset at ``handle``, downloaded (or found in the library's
-    cache) by ``huggingface_hub.snapshot_download`` for ``hf://OWNER/NAME[@REVISION]`` or
-    ``kagglehub.model_download`` for ``kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]``;
-    the library is imported here, and a missing one is a :class:`MissingHubLibrary` naming the
-    ``hub`` extra."""
-    scheme = _scheme(handle)
-    if scheme not in HUBS:
-        raise PresetError(f"{handle!r}: glomo_tf reads presets from hf:// and kaggle:// handles, "
-                          f"not {scheme}://; or pass a local preset directory.")
-    library, form = HUBS[scheme]
-    path = handle.split("://", 1)[1].strip("/")
-    parts = path.split("/")
-    if (len(parts) not in ((2,) if scheme == "hf" else (4, 5))) or not all(parts):
-        raise PresetError(f"{handle!r} is not a {scheme} handle: write it {form}.")
-    try:
-        hub = importlib.import_module(library)
-    except ImportError:
-        raise MissingHubLibrary(f"loading the preset {handle!r} needs {library}: "
-                                f"pip install 'glomo_tf[{HUB_EXTRA}]'.") from None
-    if scheme == "hf":
-        repo_id, _, revision = path.partition("@")
-        directory = hub.snapshot_download(repo_id=repo_id, revision=revision or None)
-    else:
-        directory = hub.model_download(path)
-    directory = os.fspath(directory)
-    if not os.path.isfile(os.path.join(directory, METADATA_FILE)):
-        raise PresetError(f"{handle!r} holds no glomo_tf preset (no {METADATA_FILE} in "
-                          f"{directory}): upload a directory written by save_to_preset.")
-    return directory
-
-
-def _scheme(preset):
-    """``"hf"`` for ``hf://...`` (any ``scheme://``), None for a path or a name."""
-    head, separator, _ = preset.partition("://")
-    return head.lower() if separator and head.isidentifier() else None
-
-
 def is_preset(path):
     """True when ``path`` is a directory holding a preset's ``metadata.json``."""
     return os.path.isfile(os.path.join(os.fspath(path), METADATA_FILE))
@@ -423,7 +348,7 @@ def is_preset(path):
 def preset_metadata(preset):
     """``metadata.json`` of ``preset`` (a directory or a built-in name), checked."""
     directory = preset_directory(preset)
-    info = _read_json(directory, METADATA_FILE)
+    info = read_json(directory, METADATA_FILE)
     if info.get("format") != PRESET_FORMAT:
         raise PresetError(f"{os.path.join(directory, METADATA_FILE)} is not a glomo_tf preset's "
                           f"metadata (format {info.get('format')!r}): pass a directory written "
@@ -448,7 +373,7 @@ def read_layer(preset, cls=None, dtype=None):
     preset_metadata(directory)
     import keras
 
-    config = _read_json(directory, CONFIG_FILE)
+    config = read_json(directory, CONFIG_FILE)
     if dtype is not None:
         config = json.loads(json.dumps(config))
         config.setdefault("config", {})["dtype"] = keras.dtype_policies.get(dtype).name
@@ -457,16 +382,16 @@ def read_layer(preset, cls=None, dtype=None):
         layer = keras.saving.deserialize_keras_object(config)
     except Exception as error:
         raise PresetError(f"{os.path.join(directory, CONFIG_FILE)} does not describe a "
-                          f"{kind} ({type(error).__name__}: {_first_line(error)}).") from None
+                          f"{kind} ({type(error).__name__}: {first_line(error)}).") from None
     if not isinstance(layer, cls or keras.layers.Layer):
         raise PresetError(f"{os.path.join(directory, CONFIG_FILE)} describes a "
                           f"{type(layer).__name__}, not a {kind}.")
-    weights = _existing(directory, WEIGHTS_FILE)
+    weights = existing_file(directory, WEIGHTS_FILE)
     try:
         _load_weights(_weights_model(layer), weights, config)
     except Exception as error:
         raise PresetError(f"could not read the weights {weights} ({type(error).__name__}: "
-                          f"{_first_line(error)}): the file is damaged or belongs to another "
+                          f"{first_line(error)}): the file is damaged or belongs to another "
                           "preset; write the preset again.") from None
     return layer
 
@@ -494,52 +419,13 @@ def tokenizer_directory(preset):
     if not has_tokenizer(directory):
         raise PresetError(f"the preset {preset!r} has no tokenizer (its predictor reads ids): "
                           "it cannot read text.")
-    _existing(directory, os.path.join(TOKENIZER_ASSETS, "vocab.txt"))
+    existing_file(directory, os.path.join(TOKENIZER_ASSETS, "vocab.txt"))
     return os.path.join(directory, TOKENIZER_ASSETS)
-
-
-def has_task(preset):
-    """Whether ``preset`` holds a task model (:func:`write_task`)."""
-    return preset_metadata(preset).get("task") is not None
-
-
-def read_task(preset, cls):
-    """The task model of ``preset``, an instance of exactly ``cls``, built from ``task.json``
-    and not yet given its weights: the caller gives its layers their assets (the tokenizer's
-    vocabulary), then :func:`load_task_weights`."""
-    import keras
-
-    directory = preset_directory(preset)
-    saved = (preset_metadata(directory).get("task") or {}).get("class_name")
-    if saved is None:
-        raise PresetError(f"the preset {preset!r} holds no task model: pass num_classes for a new "
-                          "one on its tokenizer and graph predictor.")
-    if saved != cls.__name__:
-        raise PresetError(f"the preset {preset!r} holds a {saved}, not a {cls.__name__}: load "
-                          f"it with {saved}.from_preset.")
-    config = _read_json(directory, TASK_CONFIG_FILE)
-    try:
-        return keras.saving.deserialize_keras_object(config)
-    except Exception as error:
-        raise PresetError(f"{os.path.join(directory, TASK_CONFIG_FILE)} does not describe a "
-                          f"{cls.__name__} ({type(error).__name__}: {_first_line(error)}).") \
-            from None
-
-
-def load_task_weights(preset, task):
-    """Reads ``task.weights.h5`` of ``preset`` into ``task`` (:func:`read_task`); returns it."""
-    weights = _existing(preset_directory(preset), TASK_WEIGHTS_FILE)
-    try:
-        _task_weights_model(task).load_weights(weights)
-    except Exception as error:
-        raise PresetError(f"could not read the task weights {weights} ({type(error).__name__}: "
-                          f"{_first_line(error)}): write the preset again.") from None
-    return task
 
 
 def read_reference_graphs(preset):
     """``(token_ids [N, T], graphs)`` recorded with ``preset`` when it was written."""
-    recorded = np.load(_existing(preset_directory(preset), REFERENCE_FILE))
+    recorded = np.load(existing_file(preset_directory(preset), REFERENCE_FILE))
     return recorded["token_ids"], recorded["graphs"]
 
 
@@ -547,98 +433,16 @@ def read_reference_graphs(preset):
 def model_card(preset, name=None):
     """The model card of ``preset`` (Markdown), from its ``metadata.json`` only: what it is, how
     it was trained (what the metadata records of it), how to load it, the licence of its data
-    and its sources. ``name``: how the card calls the preset (default: its directory's name).
+    and its sources (:func:`glomo_tf.preset_cards.render_card`). ``name``: how the card calls the
+    preset (default: its directory's name).
 
     Every preset is written with its card (:func:`write_model_card`); the built-in presets'
     cards add the results recorded for them (``examples/make_presets.py``).
     """
     directory = preset_directory(preset)
-    info = preset_metadata(directory)
     name = name or os.path.basename(os.path.abspath(directory))
     builtin = os.path.dirname(os.path.abspath(directory)) == os.path.abspath(BUILTIN_DIR)
-    tokenizer = info.get("tokenizer")
-    task = info.get("task")
-    kind = info.get("class_name")
-    lines = [f"# `{name}`", "",
-             (info.get("description") or _default_description(kind, task)) + ".", "",
-             "## What it is", "", "| | |", "|---|---|",
-             f"| model | {kind or 'no graph predictor'}"
-             + (f", {info['parameters']:,} parameters" if info.get("parameters") else "") + " |"]
-    if "vocabulary_size" in info:
-        reads = (f"{tokenizer.get('splitter', 'whitespace')} splitting"
-                 + (", lower-cased" if tokenizer.get("lowercase") else "")
-                 + (", WordPiece units" if tokenizer.get("subword") else "")
-                 if tokenizer else "token ids, no tokenizer")
-        lines.append(f"| vocabulary | {info['vocabulary_size']:,} ids ({reads}) |")
-    if task:
-        lines.append(f"| task | {task['class_name']}, {task['num_classes']} classes, graphs at "
-                     f"{task['transfer_at'] or 'none (the plain model)'} |")
-    if "weights_dtype" in info:
-        stored = f"| weights on disk | {info['weights_dtype']}"
-        if "float16_graph_difference" in info:
-            stored += (f"; the graphs of the reference inputs move by at most "
-                       f"{info['float16_graph_difference']:.2g} from float32 (tolerance "
-                       f"{info['graph_tolerance']})")
-        lines.append(stored + " |")
-    lines.append(f"| written | {info.get('date', '?')}, glomo_tf {info.get('glomo_tf_version')}, "
-                 f"Keras {info.get('keras_version')}, TensorFlow "
-                 f"{info.get('tensorflow_version')} |")
-    trained = [(label, render(info[key])) for key, label, render in _TRAINING if key in info]
-    if "validation_perplexity" in info:  # after what was read, before how
-        seen_on = f" ({info['validation_text']})" if info.get("validation_text") else ""
-        at = len([label for label, _ in trained if label in _READ])
-        trained.insert(at, ("validation perplexity",
-                            f"{info['validation_perplexity']:.1f}{seen_on}"))
-    if trained:
-        lines += ["", "## How it was trained", "", "| | |", "|---|---|"]
-        lines += [f"| {label} | {value} |" for label, value in trained]
-    handle = name if builtin else f"path/to/{name}"
-    code = ["import glomo_tf", ""]
-    if task:
-        code.append(f"classifier = glomo_tf.{task['class_name']}.from_preset(\"{handle}\")")
-    if kind:
-        code.append(f"predictor = glomo_tf.GraphPredictor.from_preset(\"{handle}\")")
-    if tokenizer:
-        code.append(f"tokenizer = glomo_tf.GlomoTokenizer.from_preset(\"{handle}\")")
-        if not task:
-            code.append(f"classifier = glomo_tf.GlomoClassifier.from_preset(\"{handle}\", "
-                        "num_classes=2)")
-    lines += ["", "## How to load it", "", "```python", *code, "```", "",
-              f"`{name}` is a built-in preset: its name is enough." if builtin else
-              f"Pass this directory's path, or its `hf://` or `kaggle://` handle once uploaded "
-              f"there (with the `{HUB_EXTRA}` extra: `pip install 'glomo_tf[{HUB_EXTRA}]'`)."]
-    if info.get("reference_graphs"):
-        lines += ["", "Check a loaded copy against the graphs recorded when it was written: "
-                  f"`glomo_tf.presets.check_preset(\"{handle}\")` (the largest difference)."]
-    sources = [(label, info[key]) for key, label in _SOURCES if info.get(key)]
-    if sources:
-        lines += ["", "## Licence and sources", "", "| | |", "|---|---|"]
-        lines += [f"| {label} | {_listed(value)} |" for label, value in sources]
-    return "\n".join(lines) + "\n"
-
-
-def _listed(value):
-    return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-
-def _default_description(kind, task):
-    what = (f"a {task['class_name']} of {task['num_classes']} classes" if task else
-            f"a {kind}, the predictor of GLoMo's latent graphs (Yang et al., 2018)")
-    return f"A glomo_tf preset: {what}"
-
-
-# Metadata key, the card's label, how it is written: how a preset was trained, when recorded.
-_TRAINING = [
-    ("corpus", "corpus", lambda value: _listed(value)),
-    ("tokens_seen", "tokens seen", "{:,}".format),
-    ("training_steps", "training steps", "{:,}".format),
-    ("text_read", "text read", str),
-    ("training_precision", "precision", str),
-    ("made_by", "made by", str),
-]
-_READ = ("corpus", "tokens seen", "training steps", "text read")
-# Metadata key, the card's label: the licences and sources, when recorded.
-_SOURCES = [("licence", "licence"), ("data_licence", "data licence"), ("sources", "sources")]
+    return preset_cards.render_card(preset_metadata(directory), name, builtin, HUB_EXTRA)
 
 
 def write_model_card(directory, name=None):
@@ -650,25 +454,3 @@ def write_model_card(directory, name=None):
     with open(path, "w", encoding="utf-8") as f:
         f.write(model_card(directory, name=name))
     return path
-
-
-def _existing(directory, name):
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        raise PresetError(f"the preset {directory!r} is missing {name}: it is partial or "
-                          "damaged; write it again (glomo_tf.save_preset).")
-    return path
-
-
-def _read_json(directory, name):
-    path = _existing(directory, name)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as error:
-        raise PresetError(f"could not read {path} ({_first_line(error)}): the preset is damaged; "
-                          "write it again (glomo_tf.save_preset).") from None
-
-
-def _first_line(error):
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]

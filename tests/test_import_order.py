@@ -31,10 +31,11 @@ ORDER = [
     # Nothing of glomo_tf below them. export.serving_ops: facts about TensorFlow Serving's
     # kernels, read by the tokenizer (which kernels it may call) and by the export.
     ("glomo_tf._lazy", "glomo_tf._keras_private", "glomo_tf.hparams", "glomo_tf.trees",
-     "glomo_tf.viz", "glomo_tf.export.serving_ops"),
+     "glomo_tf.viz", "glomo_tf.export.serving_ops", "glomo_tf.preset_sources",
+     "glomo_tf.preset_cards"),
     # Graph maths, dtype policies, the preset format (paths, metadata, weight files).
     ("glomo_tf.ops", "glomo_tf.precision", "glomo_tf.presets"),
-    ("glomo_tf.training", "glomo_tf.layers"),
+    ("glomo_tf.training", "glomo_tf.layers", "glomo_tf.preset_tasks"),
     ("glomo_tf.data",),
     ("glomo_tf.preprocessing", "glomo_tf.evaluation", "glomo_tf.analysis"),
     ("glomo_tf.models",),

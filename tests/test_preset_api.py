@@ -255,7 +255,7 @@ def test_a_handle_without_its_library_is_one_line_naming_the_extra(handle, libra
     def no_work(*args, **kwargs):
         raise AssertionError("work done before the missing library was reported")
 
-    monkeypatch.setattr(presets, "_read_json", no_work)  # every file of a preset read
+    monkeypatch.setattr(presets, "read_json", no_work)  # every file of a preset read
     for load in (glomo_tf.GraphPredictor.from_preset, glomo_tf.GlomoTransfer.from_preset,
                  Tokenizer.from_preset, GlomoTokenizer.from_preset,
                  lambda h: GlomoClassifier.from_preset(h, num_classes=2),

@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from glomo_tf import presets
+from glomo_tf import preset_tasks, presets
 from glomo_tf.layers.graph_predictor import GraphPredictor
 from glomo_tf.models.classifier import build_classifier
 from glomo_tf.models.pair_classifier import build_pair_classifier
@@ -117,15 +117,15 @@ class GlomoClassifier(keras.Model):
         """
         directory = presets.preset_directory(preset)
         if num_classes is None:
-            if not presets.has_task(directory):
+            if not preset_tasks.has_task(directory):
                 raise ValueError(f"{cls.__name__}.from_preset({preset!r}) needs num_classes: "
                                  "the preset holds no saved classifier.")
             if kwargs or sequence_length is not None:
                 raise ValueError("the preset's saved classifier keeps its own settings: pass "
                                  "num_classes for a new one with other settings.")
-            task = presets.read_task(directory, cls)
+            task = preset_tasks.read_task(directory, cls)
             task.tokenizer.load_assets(presets.tokenizer_directory(directory))
-            return presets.load_task_weights(directory, task)
+            return preset_tasks.load_task_weights(directory, task)
         tokenizer = GlomoTokenizer.from_preset(directory, sequence_length=sequence_length)
         predictor = (GraphPredictor.from_preset(directory, trainable=False)
                      if transfer_at is not None else None)
@@ -154,7 +154,7 @@ class GlomoClassifier(keras.Model):
                     "class_name": None, "vocabulary_size": int(self.vocabulary_size),
                     "tokenizer": None, **(metadata or {})})
             self.tokenizer.save_to_preset(directory)
-            presets.write_task(directory, self, {
+            preset_tasks.write_task(directory, self, {
                 "class_name": type(self).__name__, "num_classes": int(self.num_classes),
                 "transfer_at": self.transfer_at})
         return str(preset_dir)
