@@ -215,7 +215,6 @@ class GraphPredictor(ScorerSettings, keras.layers.Layer):
                 (the ``hub`` extra; :func:`glomo_tf.presets.preset_directory`).
             trainable: bool.
             dtype: a dtype policy to run it in (``"mixed_bfloat16"``); default float32.
-
         Its tokenizer: :meth:`glomo_tf.GlomoTokenizer.from_preset`.
 
         >>> predictor = GraphPredictor.from_preset("glomo_books_en")
