@@ -94,6 +94,8 @@ def parse_args(argv=None):
                    help="aiohttp: glomo serve's; uvicorn: the candidate it was measured against")
     p.add_argument("--serve-flags", default="",
                    help="more flags for glomo serve, e.g. '--tensorflow_intra_op_parallelism=1'")
+    p.add_argument("--notes", default="",
+                   help="words added to the JSON's notes: what else ran on the machine, say")
     return p.parse_args(argv)
 
 
@@ -368,13 +370,14 @@ def main(argv=None):
         "benchmark": "serving_latency",
         "model_base_path": base if args.model_base_path else "(fresh export, random weights)",
         "signature": args.signature,
-        "config": {k: v for k, v in vars(args).items() if k != "model_base_path"},
+        "config": {k: v for k, v in vars(args).items() if k not in ("model_base_path", "notes")},
         "recorded": _harness.recorded(tf),
         "notes": "latency per request, client encode/decode included; glomo serve in a "
                  "subprocess on 127.0.0.1; concurrent GLoMo text requests are merged into one "
                  "batch padded to its longest text and each answer is cut back to its own "
                  f"length; each mode's requests in up to {args.blocks} blocks per level and "
-                 f"round (at least {MIN_PER_THREAD} requests a thread), the modes taking turns",
+                 f"round (at least {MIN_PER_THREAD} requests a thread), the modes taking turns"
+                 + (f"; {args.notes}" if args.notes else ""),
         "results": runs[0],
         "runs": runs,
         "rest_vs_in_process": rest_vs_in_process(runs, args.concurrency),
