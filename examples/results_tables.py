@@ -834,6 +834,27 @@ def reader_epoch_row():
                      f"({spread(ratios['glomo_rnn'], 'x')}); cache fill {r['cache_fill_s']:.0f} s", r)
 
 
+def serving_client_transport_row():
+    r = bench("serving_client_transport")
+    s = {side: v["summary"] for side, v in r["small_model"].items()}
+
+    def q(side, key, unit=""):
+        x = s[side][key]
+        return f"{x['median']:.2f}{unit} ({x['quartiles'][0]:.2f}-{x['quartiles'][2]:.2f})"
+
+    sides = (("before", "own HTTP/1.1 + httptools"), ("after_per_thread_loop",
+             "aiohttp, a loop per thread"), ("after_shared_loop", "aiohttp, one shared loop"))
+    figures = ("ServingClient's REST transport side by side, small model, the sides alternating "
+               "(median and quartiles of the rounds): REST's p50 over in-process at concurrency "
+               "1: " + ", ".join(f"{label} +{q(side, 'rest_p50_added_ms_c1', ' ms')}"
+                                  for side, label in sides)
+               + "; REST throughput over in-process at concurrency 8: "
+               + ", ".join(f"{label} {q(side, 'rest_throughput_over_in_process_c8', 'x')}"
+                           for side, label in sides))
+    return bench_row("serving_latency.py", "serving_client_transport", figures, r,
+                     command=r["commands"]["small"])
+
+
 @table("benchmarks", "benchmarks/README.md")
 def benchmarks_table():
     """Every recorded benchmark (``benchmarks/outputs/**.json``): its figures, when and where it
@@ -847,7 +868,7 @@ def benchmarks_table():
              serving_long_text_row()]
     rows += [serving_latency_row(f"serving_candidates/{name}") for name in (
         "latency_uvicorn", "latency_http_client", "latency_large_uvicorn")]
-    rows += [serving_soak_row("serving_candidates/soak_uvicorn")]
+    rows += [serving_soak_row("serving_candidates/soak_uvicorn"), serving_client_transport_row()]
     rows += [serving_memory_row(f"serving_memory/{name}") for name in (
         "aiohttp_arena_cap", "aiohttp_no_arena_cap", "aiohttp_no_arena_cap_earlier",
         "aiohttp_arena_cap_with_trim")]
