@@ -9,7 +9,9 @@ the model's page).
 def render_card(info, name, builtin, hub_extra="hub"):
     """The Markdown model card of a preset whose ``metadata.json`` is ``info``, called ``name``
     (``builtin``: a preset that ships with the package, loaded by its name alone; ``hub_extra``:
-    the extra that reads ``hf://`` and ``kaggle://`` handles)."""
+    the extra that reads ``hf://`` and ``kaggle://`` handles). A key whose value is None (a run
+    without validation has no perplexity) is left out as if it were not recorded."""
+    info = {key: value for key, value in info.items() if value is not None}
     tokenizer = info.get("tokenizer")
     task = info.get("task")
     kind = info.get("class_name")

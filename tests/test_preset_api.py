@@ -280,3 +280,15 @@ def test_the_hub_extra_declares_both_libraries():
     declared = {req.split(">")[0].split("=")[0].replace("-", "_").lower()
                 for req in extras[presets.HUB_EXTRA]}
     assert declared == {library for library, _ in presets.HUBS.values()}
+
+
+def test_the_card_leaves_out_what_the_metadata_records_as_none():
+    """``glomo pretrain`` without validation records its perplexity as None: the card has no
+    perplexity row and still says what was recorded."""
+    from glomo_tf import preset_cards
+
+    info = {"class_name": "GraphPredictor", "vocabulary_size": 11, "validation_perplexity": None,
+            "tokens_seen": 512, "corpus": ["train.txt"], "parameters": None}
+    card = preset_cards.render_card(info, "run", builtin=False)
+    assert "perplexity" not in card and "parameters" not in card
+    assert "| tokens seen | 512 |" in card and "| corpus | train.txt |" in card
