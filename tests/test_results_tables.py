@@ -69,8 +69,11 @@ def test_the_ud_heads_json_holds_the_whole_yardstick():
         assert result["command"].startswith("python examples/ud_heads.py")
 
 
-def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed():
-    rows = recorded("listops_ceiling.json")["rows"]
+@pytest.mark.parametrize("name", ["listops_ceiling.json", "listops_ceiling_3seeds.json"])
+def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed(name):
+    from scipy import stats
+
+    rows = recorded(name)["rows"]
     for entry in rows.values():
         if entry["row"] == "baseline":
             continue
@@ -81,6 +84,10 @@ def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed():
         assert abs(paired["mean_difference"] - sum(entry["accuracy_by_seed"][s] - baseline[s]
                                                    for s in shared) / len(shared)) < 1e-12
         assert "--seeds" in entry["command"]
+        if len(shared) > 1:  # the paired t-test, recomputed
+            p = stats.ttest_rel([entry["accuracy_by_seed"][s] for s in shared],
+                                [baseline[s] for s in shared]).pvalue
+            assert abs(paired["p"] - p) < 1e-9
 
 
 def test_every_table_under_examples_outputs_is_its_json_rendered():
