@@ -29,7 +29,7 @@ EXTRAS = {
     "hub": ["huggingface-hub>=0.23,<3", "kagglehub>=0.3,<2"],
     # SentEval-style probes (logistic regression) and scikit-learn's built-in digits images.
     "sklearn": ["scikit-learn>=1.5,<2"],
-    # The API reference (mkdocs.yml, docs/api/): `mkdocs build --strict`, run by tests/test_docs.py.
+    # The API reference (mkdocs.yml, docs/api/): `mkdocs build --strict`, run by tests/docs/test_docs.py.
     "docs": ["mkdocs>=1.6,<2", "mkdocstrings[python]>=1.0,<2", "mkdocstrings-python>=2.0,<3"],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})

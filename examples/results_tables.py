@@ -527,7 +527,7 @@ def listops_ordered_memory_table():
 
 
 # The paper's SQuAD rows (Yang et al. 2018, Table 1 with GloVe features; Table 2's uniform
-# graph), checked against ../shared/papers/glomo-paper.txt by tests/test_results_tables.py.
+# graph), checked against ../shared/papers/glomo-paper.txt by tests/docs/test_results_tables.py.
 PAPER_SQUAD = (("paper: baseline (GloVe features, no graphs)", "69.33", "78.73"),
                ("paper: GLoMo on embeddings", "70.84", "79.90"),
                ("paper: GLoMo on RNN states", "70.95", "79.95"),

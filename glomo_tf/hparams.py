@@ -2,7 +2,7 @@
 
 The layers, :class:`~glomo_tf.GlomoPretrainer`, the command line, the tuner and the docs read
 their choices and defaults here. This module imports nothing heavy (no TensorFlow), so the command
-line can build its parsers from it and stay fast. ``tests/test_hparams.py`` checks the
+line can build its parsers from it and stay fast. ``tests/layers/test_hparams.py`` checks the
 constructors' signatures against these defaults.
 """
 

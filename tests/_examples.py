@@ -2,8 +2,9 @@
 
 import importlib.util
 import os
+from _paths import REPO
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXAMPLES = os.path.join(REPO, "examples")
 
 
 def load_example(name):

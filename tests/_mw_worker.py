@@ -1,4 +1,4 @@
-"""Subprocess helper for tests/test_distributed.py (distribution strategies need a fresh TF
+"""Subprocess helper for tests/experiments/test_distributed.py (distribution strategies need a fresh TF
 runtime).
 
 ``python tests/_mw_worker.py mirrored OUT.npz [--conv-layers N]``
@@ -18,6 +18,7 @@ runtime).
 import argparse
 import os
 import sys
+from _paths import REPO
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -139,7 +140,7 @@ def main():
     parser.add_argument("--clipnorm", type=float, default=None)
     parser.add_argument("--optimizer", choices=("keras", "glomo"), default="keras")
     args = parser.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, REPO)
     {"mirrored": mirrored, "worker": worker}[args.mode](args)
     print("done", flush=True)
 

@@ -1,4 +1,4 @@
-"""``glomo pretrain`` in a subprocess, for tests/test_pretrain_cli.py and tests/test_distributed.py.
+"""``glomo pretrain`` in a subprocess, for tests/experiments/test_pretrain_cli.py and tests/experiments/test_distributed.py.
 
 ``python tests/_pretrain_runner.py [pretrain options]`` runs
 ``glomo_tf.cli.main(["pretrain", ...])`` with a parser holding only the pretrain command (so the test does not depend on the other commands'
@@ -11,8 +11,9 @@ import functools
 import os
 import sys
 import time
+from _paths import REPO
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
 
 from glomo_tf import cli, training  # noqa: E402
 

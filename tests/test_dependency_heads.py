@@ -11,8 +11,9 @@ from _run_dirs import pretrained_run
 from glomo_tf import cli
 from glomo_tf.analysis import dependency_agreement, head_agreement, token_graphs
 from glomo_tf.data.conllu import DependencySentence, read_conllu
+from _paths import REPO
 
-UD_DEV = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "ud_ewt",
+UD_DEV = os.path.join(REPO, "..", "shared", "data", "ud_ewt",
                       "en_ewt-ud-dev.conllu")
 
 # "I didn't go home ." with "didn't" a multi-word token (did + n't) and an empty node 3.1.

@@ -7,8 +7,9 @@ import ast
 import pathlib
 
 import pytest
+from _paths import REPO
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "glomo_tf"
+PACKAGE = pathlib.Path(REPO) / "glomo_tf"
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES, MAX_CLASS_BRANCHES = 200, 30
 BRANCHES = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.comprehension,

@@ -20,8 +20,8 @@ import ast
 import os
 
 import pytest
+from _paths import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "glomo_tf")
 
 # Lowest first. A part's floor is the first above every part it imports.

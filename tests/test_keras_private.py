@@ -16,8 +16,8 @@ import tensorflow as tf
 
 from glomo_tf import _keras_private, training
 from _network import free_ports
+from _paths import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------------- get_keras_mask

@@ -180,7 +180,7 @@ def test_demo_model_in_bfloat16_trains_as_a_tf_function():
 
 
 def test_glomo_transfer_in_bfloat16_learns_the_planted_task(tmp_path, capsys):
-    from test_transfer_cli import TINY, planted_rows
+    from _tiny_runs import TRANSFER_TINY as TINY, planted_rows
 
     data = tmp_path / "planted.tsv"
     rows = planted_rows()

@@ -20,8 +20,8 @@ from glomo_tf.cli import main as glomo_main
 from glomo_tf.data import Tokenizer
 from glomo_tf.models.task import GlomoClassifier, GlomoPairClassifier
 from glomo_tf.preprocessing import GlomoTokenizer
+from _paths import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = ["the cat sat on the mat", "a dog ran far away", "the dog sat still"]
 TEXTS = ["the cat ran", "a dog sat on the mat", "unknown words here"]
 METADATA = {"description": "A toy predictor of three sentences", "corpus": ["three lines"],

@@ -23,8 +23,8 @@ from glomo_tf.cli import main as glomo_main
 from glomo_tf.data import Tokenizer
 
 from _examples import load_example
+from _paths import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = ["The cat sat on the mat.", "A dog ran far away, and the cat sat still.",
           "Dogs and cats don't agree!"]
 # Unknown words, punctuation, capitals and digits: the tokenizer must give the same ids.

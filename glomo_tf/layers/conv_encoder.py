@@ -97,7 +97,7 @@ class CausalConvEncoder(keras.layers.Layer):
     is folded into each convolution's kernel and bias, and each stack is one convolution over its
     own padded input. The forms round differently (merging them would change the outputs of one
     mode by up to 2e-6 in float32, by bfloat16 rounding under a mixed policy), so both are kept;
-    ``tests/test_graph_predictor_forms.py`` checks that they agree.
+    ``tests/layers/test_graph_predictor_forms.py`` checks that they agree.
 
     Args:
         stacks: int, number of networks (even).

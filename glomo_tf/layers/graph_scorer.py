@@ -113,7 +113,7 @@ class GraphScorer(keras.layers.Layer):
     folded into the keys, ``q_t . k_s - w . q_t - c = q_t . (k_s - w) - c``, and ``c`` into the
     masking of the normalisation. :meth:`layer_graphs` computes one layer with ``b`` subtracted
     from the scores instead (the coupled ablation's form, which rounds differently; the two agree,
-    ``tests/test_graph_predictor_forms.py``).
+    ``tests/layers/test_graph_predictor_forms.py``).
 
     Args:
         num_layers: int, graph layers ``L``.
