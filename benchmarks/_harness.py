@@ -121,13 +121,15 @@ def recorded(tf=None):
     import datetime
     import platform
 
+    from glomo_tf.precision import cpu_description
+
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
                                 capture_output=True, text=True, check=False).stdout.strip()
     except OSError:
         commit = ""
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(),
-               "python": platform.python_version(), **cpu_model()}
+               "python": platform.python_version(), **cpu_description()}
     if tf is not None:
         machine["tensorflow"] = tf.__version__
         machine["gpus"] = len(tf.config.list_physical_devices("GPU"))
@@ -135,22 +137,6 @@ def recorded(tf=None):
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine, "code": f"commit {commit}" if commit else "unknown",
             "command": shlex.join(["python", script, *sys.argv[1:]])}
-
-
-def cpu_model():
-    """``{"cpu": model name, "bfloat16_units": [...]}`` from ``/proc/cpuinfo``: the bfloat16 matrix
-    instructions (``avx512_bf16``, ``amx_bf16``) decide what ``mixed_bfloat16`` gains; ``{}``
-    where the file cannot be read."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError:
-        return {}
-    fields = dict(line.split(":", 1) for line in text.splitlines()[:40] if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    return {"cpu": fields.get("model name", "?"),
-            "bfloat16_units": sorted(flags & {"avx512_bf16", "amx_bf16"})}
 
 
 def set_threads(tf, threads):

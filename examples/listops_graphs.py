@@ -62,6 +62,10 @@ def parse_args(argv):
     parser.add_argument("--entmax-alpha", type=float, default=1.5,
                         help="alpha of --normalization entmax, in (1, 2]")
     parser.add_argument("--pretrain-epochs", type=int, default=3)
+    parser.add_argument("--conv-layers", type=int, default=2,
+                        help="causal convolutions of the key and query networks")
+    parser.add_argument("--kernel-size", type=int, default=3,
+                        help="their width: a query sees conv-layers * (kernel-size - 1) + 1 units")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--variants", nargs="+",
                         default=["baseline", "glomo_embeddings", "glomo_rnn", "uniform"])
@@ -103,7 +107,8 @@ def pretrain(args, paths, run_dir):
         run_pretraining(PretrainingConfig(
             output_dir=run_dir, train=[paths["pretrain.txt"]], validation_fraction=0.05,
             window=64, shift=64, hidden_dim=args.hidden_dim, num_layers=args.layers,
-            num_heads=args.heads, conv_layers=2, context_length=3, decoder_layers=1,
+            num_heads=args.heads, conv_layers=args.conv_layers,
+            kernel_size=args.kernel_size, context_length=3, decoder_layers=1,
             num_positions=20, composition=args.composition, normalization=args.normalization,
             entmax_alpha=args.entmax_alpha,
             optimizer="adam", learning_rate=0.002, clipnorm=1.0, batch_size=32,
@@ -208,13 +213,18 @@ def main(argv=None):
     if argv[:1] == ["evaluate"]:
         return evaluate(argv[1:])
     args = parse_args(argv)
+    from glomo_tf.precision import cpu_description
+
     started = time.perf_counter()
     paths = make_data(args, os.path.join(args.run_dir, "data"))
     form = f"{args.composition}_{args.normalization}"
     if args.normalization == "entmax":
         form += f"{args.entmax_alpha:g}"
+    if (args.conv_layers, args.kernel_size) != (2, 3):
+        form += f"_conv{args.conv_layers}x{args.kernel_size}"
     run_dir = os.path.join(args.run_dir, f"pretrain_{form}")
     results = {"command": "python examples/listops_graphs.py " + " ".join(argv),
+               "machine": {"cpus": os.cpu_count(), **cpu_description()},
                "config": {k: v for k, v in vars(args).items()
                           if k not in ("output", "models_dir", "verbose")}}
     results["pretraining"] = pretrain(args, paths, run_dir)

@@ -490,6 +490,29 @@ def listops_agreement_table():
                      "heads averaged", "best fixed offset", "chance"], rows)
 
 
+LISTOPS_SWEEP = ("conv2x3", "conv4x5", "conv4x11", "conv4x11_entmax15")
+
+
+@table("listops predictor sweep", "docs/results/where-graphs-pay.md")
+def listops_predictor_sweep_table():
+    """The ListOps predictor's key / query reach and normalisation against the gold trees
+    (``listops_predictor_sweep/*.json``)."""
+    rows = []
+    for name in LISTOPS_SWEEP:
+        record = output(f"listops_predictor_sweep/{name}.json")
+        config, a, pretraining = record["config"], record["agreement"], record["pretraining"]
+        layers, width = config["conv_layers"], config["kernel_size"]
+        best, averaged = a["best_head"], a["best_heads_averaged"]
+        rows.append([f"{layers} x {width}", layers * (width - 1) + 1, config["normalization"],
+                     f"{pretraining['val_perplexity']:.2f}",
+                     f"{best['share']:.3f} (layer {best['layer']}, head {best['head']})",
+                     f"{averaged['share']:.3f} (layer {averaged['layer']})",
+                     f"{pretraining['wall_time_s']:.0f}"])
+    return markdown(["convolutions x width", "units a query sees", "normalisation",
+                     "val perplexity", "best head", "heads averaged", "pretraining (s)"], rows,
+                    ["---", "---:", "---", "---:", "---", "---", "---:"])
+
+
 @table("listops transfer", "docs/results/where-graphs-pay.md")
 def listops_transfer_table():
     """The BiGRU classifier on ListOps with the paper's-form predictor (``listops_graphs.json``)."""

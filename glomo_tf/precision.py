@@ -43,20 +43,36 @@ def precision_scope(precision):
         keras.config.set_dtype_policy(previous)
 
 
+def cpu_description(cpuinfo="/proc/cpuinfo"):
+    """``{"cpu": model name, "bfloat16_units": [...]}`` of this machine, read from ``cpuinfo``:
+    the bfloat16 matrix instructions among its flags (``avx512_bf16``, ``amx_bf16``) decide what
+    ``mixed_bfloat16`` gains, so every recorded timing names them; ``{}`` where the file cannot be
+    read."""
+    fields = {}
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    if fields:  # the first processor's block has ended
+                        break
+                    continue
+                fields.setdefault(key.strip(), value.strip())
+                if "flags" in fields and "model name" in fields:
+                    break
+    except OSError:
+        return {}
+    flags = set(fields.get("flags", "").split())
+    return {"cpu": fields.get("model name", "?"),
+            "bfloat16_units": sorted(flags & {"avx512_bf16", "amx_bf16"})}
+
+
 def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
     """True when this machine's CPU has bfloat16 matrix instructions (``avx512_bf16`` or
     ``amx_bf16`` among the ``flags`` of ``cpuinfo``); False elsewhere (and where the file cannot
     be read). Without them ``mixed_bfloat16`` still computes correctly, emulated, and slower than
     float32."""
-    try:
-        with open(cpuinfo, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
+    return bool(cpu_description(cpuinfo).get("bfloat16_units"))
 
 
 def with_dtype_policy(predictor, dtype):

@@ -216,3 +216,16 @@ def test_cpu_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
         path.write_text(f"processor\t: 0\nmodel name\t: X\nflags\t\t: {flags}\n\n")
         assert cpu_has_bfloat16_units(str(path)) is expected
     assert cpu_has_bfloat16_units(str(tmp_path / "missing")) is False
+
+
+def test_cpu_description_names_the_first_processor_and_its_bfloat16_units(tmp_path):
+    from glomo_tf.precision import cpu_description
+
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\nflags\t\t: fpu amx_bf16 "
+                    "avx512_bf16 amx_tile\n\nprocessor\t: 1\nmodel name\t: Other\n")
+    assert cpu_description(str(path)) == {"cpu": "Intel(R) Xeon(R)",
+                                          "bfloat16_units": ["amx_bf16", "avx512_bf16"]}
+    path.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2\n")
+    assert cpu_description(str(path)) == {"cpu": "AMD EPYC", "bfloat16_units": []}
+    assert cpu_description(str(tmp_path / "missing")) == {}
