@@ -19,7 +19,8 @@ _PUBLIC = {
     "load_graph_predictor": "glomo_tf.saving", "save_graph_predictor": "glomo_tf.saving",
     # Presets: a pretrained predictor and its tokenizer in one directory (keras-hub's layout).
     "save_preset": "glomo_tf.presets", "load_preset": "glomo_tf.saving",
-    "list_presets": "glomo_tf.presets", "Tokenizer": "glomo_tf.data.vocabulary",
+    "list_presets": "glomo_tf.presets", "upload_preset": "glomo_tf.presets",
+    "Tokenizer": "glomo_tf.data.vocabulary",
     "GlomoTokenizer": "glomo_tf.preprocessing",
     # A task model on raw strings, from a preset (keras-hub's TextClassifier shape).
     "GlomoClassifier": "glomo_tf.models", "GlomoPairClassifier": "glomo_tf.models",

@@ -21,6 +21,8 @@ class MissingHubLibrary(PresetError, ImportError):
 # Handle scheme -> (the library that downloads it, the handle's form).
 HUBS = {"hf": ("huggingface_hub", "hf://OWNER/NAME or hf://OWNER/NAME@REVISION"),
         "kaggle": ("kagglehub", "kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]")}
+# An upload names a repository (Hugging Face) or a variation, whose next version Kaggle numbers.
+UPLOAD_FORMS = {"hf": "hf://OWNER/NAME", "kaggle": "kaggle://OWNER/MODEL/FRAMEWORK/VARIATION"}
 HUB_EXTRA = "hub"
 
 
@@ -30,20 +32,8 @@ def download(handle, metadata_file="metadata.json"):
     ``kagglehub.model_download`` for ``kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]``;
     the library is imported here, and a missing one is a :class:`MissingHubLibrary` naming the
     ``hub`` extra."""
-    kind = scheme(handle)
-    if kind not in HUBS:
-        raise PresetError(f"{handle!r}: glomo_tf reads presets from hf:// and kaggle:// handles, "
-                          f"not {kind}://; or pass a local preset directory.")
-    library, form = HUBS[kind]
-    path = handle.split("://", 1)[1].strip("/")
-    parts = path.split("/")
-    if (len(parts) not in ((2,) if kind == "hf" else (4, 5))) or not all(parts):
-        raise PresetError(f"{handle!r} is not a {kind} handle: write it {form}.")
-    try:
-        hub = importlib.import_module(library)
-    except ImportError:
-        raise MissingHubLibrary(f"loading the preset {handle!r} needs {library}: "
-                                f"pip install 'glomo_tf[{HUB_EXTRA}]'.") from None
+    kind, path = _parse(handle, "reads presets from", {"hf": (2,), "kaggle": (4, 5)})
+    hub = _library(kind, f"loading the preset {handle!r}")
     if kind == "hf":
         repo_id, _, revision = path.partition("@")
         directory = hub.snapshot_download(repo_id=repo_id, revision=revision or None)
@@ -54,6 +44,48 @@ def download(handle, metadata_file="metadata.json"):
         raise PresetError(f"{handle!r} holds no glomo_tf preset (no {metadata_file} in "
                           f"{directory}): upload a directory written by save_to_preset.")
     return directory
+
+
+def upload(handle, directory):
+    """Uploads the preset ``directory`` to ``handle``: the Hugging Face repository
+    ``hf://OWNER/NAME`` (created when it does not exist, ``huggingface_hub``) or the Kaggle model
+    variation ``kaggle://OWNER/MODEL/FRAMEWORK/VARIATION`` (a new version of it,
+    ``kagglehub.model_upload``). The handle is checked, and the library imported, before anything
+    is sent. Returns ``handle``."""
+    kind, path = _parse(handle, "uploads presets to", {"hf": (2,), "kaggle": (4,)},
+                        upload=True)
+    hub = _library(kind, f"uploading to {handle!r}")
+    if kind == "hf":
+        hub.create_repo(repo_id=path, exist_ok=True)
+        hub.upload_folder(repo_id=path, folder_path=directory)
+    else:
+        hub.model_upload(path, directory)
+    return handle
+
+
+def _parse(handle, verb, lengths, upload=False):
+    """``(scheme, path)`` of a hub handle, with one line naming its right form where it is
+    wrong."""
+    kind = scheme(handle)
+    if kind not in HUBS:
+        raise PresetError(f"{handle!r}: glomo_tf {verb} hf:// and kaggle:// handles, not "
+                          f"{kind}://" + ("." if upload else "; or pass a local preset directory."))
+    path = handle.split("://", 1)[1].strip("/")
+    parts = path.split("/")
+    form = UPLOAD_FORMS[kind] if upload else HUBS[kind][1]
+    if len(parts) not in lengths[kind] or not all(parts) or (upload and "@" in path):
+        raise PresetError(f"{handle!r} is not a {kind} handle to {'upload to' if upload else 'read'}"
+                          f": write it {form}.")
+    return kind, path
+
+
+def _library(kind, doing):
+    library = HUBS[kind][0]
+    try:
+        return importlib.import_module(library)
+    except ImportError:
+        raise MissingHubLibrary(f"{doing} needs {library}: pip install "
+                                f"'glomo_tf[{HUB_EXTRA}]'.") from None
 
 
 def scheme(preset):

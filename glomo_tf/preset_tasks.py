@@ -1,6 +1,7 @@
 """A task model saved with its preset (``GlomoClassifier.save_to_preset``): ``task.json``
-(the model's Keras config) and ``task.weights.h5`` (its layers' weights), beside the predictor
-and the tokenizer of the preset format (:mod:`glomo_tf.presets`)."""
+(the model's Keras config) and ``task.weights.h5`` (the weights of its layers other than the
+graph predictor, in the model's order of variables), beside the predictor and the tokenizer of the preset format
+(:mod:`glomo_tf.presets`): the predictor's weights are stored once, in its own file."""
 
 import json
 import os
@@ -10,27 +11,35 @@ from glomo_tf.presets import (TASK_CONFIG_FILE, TASK_WEIGHTS_FILE, preset_direct
                               preset_metadata, write_metadata)
 
 
-def write_task(directory, task, entries):
+def write_task(directory, task, entries, shared=()):
     """Writes the Keras model ``task`` into the preset ``directory`` (its predictor and
     tokenizer written first): ``task.json`` (``keras.saving.serialize_keras_object``) and
-    ``task.weights.h5`` (its layers' weights, without optimizer state), and ``entries`` (what
-    the model card says of the task: ``class_name``, ``num_classes``, ``transfer_at``) as
-    ``metadata.json``'s ``task``.
-    Returns ``directory``."""
+    ``task.weights.h5`` (its variables but those of ``shared``, the layers whose weights the
+    preset holds elsewhere, in the order of ``task.weights``, which a model built again from
+    ``task.json`` shares; no optimizer state), and ``entries`` (what the model card
+    says of the task: ``class_name``, ``num_classes``, ``transfer_at``) as ``metadata.json``'s
+    ``task``. Returns ``directory``."""
+    import h5py
     import keras
 
     with open(os.path.join(directory, TASK_CONFIG_FILE), "w") as f:
         json.dump(keras.saving.serialize_keras_object(task), f, indent=1)
-    _task_weights_model(task).save_weights(os.path.join(directory, TASK_WEIGHTS_FILE))
+    with h5py.File(os.path.join(directory, TASK_WEIGHTS_FILE), "w") as f:
+        f.attrs["format"] = _FORMAT
+        for i, variable in enumerate(_own_variables(task, shared)):
+            f.create_dataset(f"{i:05d}", data=keras.ops.convert_to_numpy(variable))
+            f[f"{i:05d}"].attrs["path"] = variable.path
     write_metadata(directory, {"task": dict(entries)})
     return os.fspath(directory)
 
 
-def _task_weights_model(task):
-    """A functional model over ``task``'s layers, uncompiled: its weights file holds the layers'
-    variables and no optimizer state (a loaded task is compiled afresh)."""
-    import keras
-    return keras.Model(task.inputs, task.outputs, name="glomo_task")
+_FORMAT = "glomo_tf task weights: the variables in order, shared layers left out"
+
+
+def _own_variables(task, shared):
+    """``task``'s variables that no layer of ``shared`` holds, in ``task.weights``' order."""
+    left_out = {id(v) for layer in shared for v in layer.weights}
+    return [v for v in task.weights if id(v) not in left_out]
 
 
 def has_task(preset):
@@ -61,11 +70,26 @@ def read_task(preset, cls):
             from None
 
 
-def load_task_weights(preset, task):
-    """Reads ``task.weights.h5`` of ``preset`` into ``task`` (:func:`read_task`); returns it."""
+def load_task_weights(preset, task, shared=()):
+    """Reads ``task.weights.h5`` of ``preset`` into ``task`` (:func:`read_task`), all but the
+    variables of ``shared`` (the caller loads those from their own files); returns it."""
+    import h5py
+
     weights = existing_file(preset_directory(preset), TASK_WEIGHTS_FILE)
+    own = _own_variables(task, shared)
     try:
-        _task_weights_model(task).load_weights(weights)
+        with h5py.File(weights, "r") as f:
+            if f.attrs.get("format") != _FORMAT:
+                raise ValueError("not a task weights file")
+            stored = [(f[name][()], f[name].attrs.get("path")) for name in sorted(f)]
+        if len(stored) != len(own):
+            raise ValueError(f"it holds {len(stored)} variables where the model has {len(own)}")
+        for (value, path), variable in zip(stored, own):  # every shape checked first
+            if tuple(value.shape) != tuple(variable.shape):
+                raise ValueError(f"{path} has shape {tuple(value.shape)} where the model's "
+                                 f"{variable.path} has {tuple(variable.shape)}")
+        for (value, _), variable in zip(stored, own):
+            variable.assign(value)
     except Exception as error:
         raise PresetError(f"could not read the task weights {weights} ({type(error).__name__}: "
                           f"{first_line(error)}): write the preset again.") from None

@@ -345,6 +345,28 @@ def is_preset(path):
     return os.path.isfile(os.path.join(os.fspath(path), METADATA_FILE))
 
 
+def upload_preset(uri, preset):
+    """Uploads the local preset directory ``preset`` (written by ``save_to_preset``, with its
+    model card) to ``uri``, keras-hub's ``upload_preset``: ``hf://OWNER/NAME`` (a Hugging Face
+    model repository, created when missing) or ``kaggle://OWNER/MODEL/FRAMEWORK/VARIATION`` (a
+    new version of that Kaggle model variation), through the ``hub`` extra's library, logged in
+    as that library is (``huggingface-cli login``, Kaggle's API token). The preset is checked
+    whole, and the handle's form, before anything is sent; ``from_preset(uri)`` loads it back.
+    Returns ``uri``."""
+    directory = os.fspath(preset)
+    if preset_sources.scheme(directory) is not None or not os.path.isdir(directory):
+        raise PresetError(f"upload_preset takes a local preset directory, got {directory!r}: "
+                          "write one with save_to_preset first.")
+    info = preset_metadata(directory)
+    needed = [CARD_FILE] + ([CONFIG_FILE, WEIGHTS_FILE] if info.get("class_name") else []) + (
+        [TASK_CONFIG_FILE, TASK_WEIGHTS_FILE] if info.get("task") else []) + (
+        [os.path.join(TOKENIZER_ASSETS, n) for n in ("vocab.txt", "tokenizer.json")]
+        if info.get("tokenizer") else [])
+    for name in needed:
+        existing_file(directory, name)
+    return preset_sources.upload(os.fspath(uri), directory)
+
+
 def preset_metadata(preset):
     """``metadata.json`` of ``preset`` (a directory or a built-in name), checked."""
     directory = preset_directory(preset)

@@ -7,9 +7,11 @@ the transfer layer and the task models frozen."""
 import ast
 import json
 import os
+import shutil
 import sys
 import types
 
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -140,6 +142,17 @@ def test_the_classifier_round_trip_predicts_the_same(toy, tmp_path, transfer_at)
         for saved, live in zip(glomo_tf.GraphPredictor.from_preset(path).get_weights(),
                                classifier.graph_predictor.get_weights(), strict=True):
             np.testing.assert_array_equal(saved, live)
+    # The predictor's weights are stored once: in its own file, not again in the task's.
+    predictor_paths = {v.path for v in classifier.graph_predictor.weights} if transfer_at else set()
+    with h5py.File(os.path.join(path, "task.weights.h5"), "r") as f:
+        stored = [f[name].attrs["path"] for name in sorted(f)]
+    assert stored == [v.path for v in classifier.weights if v.path not in predictor_paths]
+    assert bool(predictor_paths) == bool(transfer_at)
+    with h5py.File(os.path.join(path, "task.weights.h5"), "a") as f:
+        del f[sorted(f)[0]]
+    with pytest.raises(presets.PresetError, match="could not read the task weights .* holds "
+                                                  f"{len(stored) - 1} variables where"):
+        GlomoClassifier.from_preset(path)
     card = open(os.path.join(path, "README.md")).read()
     assert f'GlomoClassifier.from_preset("path/to/task")' in card and "3 classes" in card
     assert ("GraphPredictor.from_preset" in card) == bool(transfer_at)
@@ -244,6 +257,40 @@ def test_bad_handles_say_how_to_write_one(hubs, tmp_path, monkeypatch):
         snapshot_download=lambda repo_id, revision=None: str(tmp_path)))
     with pytest.raises(presets.PresetError, match="holds no glomo_tf preset"):
         glomo_tf.GraphPredictor.from_preset("hf://someone/not_a_preset")
+
+
+def test_upload_preset_sends_the_checked_directory_to_its_hub(toy, tmp_path, monkeypatch):
+    """keras-hub's ``upload_preset``: the preset checked whole and the handle's form before the
+    hub library (a stand-in here) is called with the directory."""
+    sent = []
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(
+        create_repo=lambda repo_id, exist_ok: sent.append(("create", repo_id, exist_ok)),
+        upload_folder=lambda repo_id, folder_path: sent.append(("hf", repo_id, folder_path))))
+    monkeypatch.setitem(sys.modules, "kagglehub", types.SimpleNamespace(
+        model_upload=lambda handle, directory: sent.append(("kaggle", handle, directory))))
+    assert glomo_tf.upload_preset("hf://someone/toy", toy["path"]) == "hf://someone/toy"
+    glomo_tf.upload_preset("kaggle://someone/toy/keras/small", toy["path"])
+    assert sent == [("create", "someone/toy", True), ("hf", "someone/toy", toy["path"]),
+                    ("kaggle", "someone/toy/keras/small", toy["path"])]
+    sent.clear()
+    partial = tmp_path / "partial"
+    shutil.copytree(toy["path"], partial)
+    os.remove(partial / "model.weights.h5")
+    for uri, preset, message in [
+            ("hf://someone/toy@v2", toy["path"], "not a hf handle to upload to: write it "
+                                                 "hf://OWNER/NAME"),
+            ("kaggle://someone/toy/keras/small/3", toy["path"], "FRAMEWORK/VARIATION\\.$"),
+            ("s3://bucket/toy", toy["path"], "uploads presets to hf:// and kaggle://"),
+            ("hf://someone/toy", tmp_path / "missing", "takes a local preset directory"),
+            ("hf://someone/toy", "glomo_books_en", "takes a local preset directory"),
+            ("hf://someone/toy", partial, "is missing model.weights.h5")]:
+        with pytest.raises(presets.PresetError, match=message):
+            glomo_tf.upload_preset(uri, preset)
+    assert not sent  # refused before anything was sent
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(ImportError, match=r"uploading to 'hf://someone/toy' needs huggingface_hub: "
+                                          r"pip install 'glomo_tf\[hub\]'"):
+        glomo_tf.upload_preset("hf://someone/toy", toy["path"])
 
 
 @pytest.mark.parametrize("handle, library", [("hf://someone/toy", "huggingface_hub"),

@@ -125,7 +125,12 @@ class GlomoClassifier(keras.Model):
                                  "num_classes for a new one with other settings.")
             task = preset_tasks.read_task(directory, cls)
             task.tokenizer.load_assets(presets.tokenizer_directory(directory))
-            return preset_tasks.load_task_weights(directory, task)
+            shared = [task.graph_predictor] if task.graph_predictor is not None else []
+            preset_tasks.load_task_weights(directory, task, shared)
+            if shared:  # the preset's own predictor weights, stored once
+                task.graph_predictor.set_weights(
+                    GraphPredictor.from_preset(directory).get_weights())
+            return task
         tokenizer = GlomoTokenizer.from_preset(directory, sequence_length=sequence_length)
         predictor = (GraphPredictor.from_preset(directory, trainable=False)
                      if transfer_at is not None else None)
@@ -135,8 +140,8 @@ class GlomoClassifier(keras.Model):
     def save_to_preset(self, preset_dir, metadata=None, weights_dtype="float32"):
         """Writes the classifier as a preset (replacing a preset there): its graph predictor
         (:meth:`GraphPredictor.save_to_preset`, none for ``transfer_at=None``), its tokenizer,
-        the model itself (``task.json``, ``task.weights.h5``) and the model card; returns its
-        path. ``from_preset(preset_dir)`` gives it back, weights and all; the predictor and
+        the model itself (``task.json``, and ``task.weights.h5`` with every weight but the
+        predictor's, which its own file holds) and the model card; returns its path. ``from_preset(preset_dir)`` gives it back, weights and all; the predictor and
         tokenizer load from it on their own too.
 
         Args:
@@ -156,7 +161,8 @@ class GlomoClassifier(keras.Model):
             self.tokenizer.save_to_preset(directory)
             preset_tasks.write_task(directory, self, {
                 "class_name": type(self).__name__, "num_classes": int(self.num_classes),
-                "transfer_at": self.transfer_at})
+                "transfer_at": self.transfer_at},
+                shared=[self.graph_predictor] if self.graph_predictor is not None else [])
         return str(preset_dir)
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):

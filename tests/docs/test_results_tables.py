@@ -13,11 +13,7 @@ from _examples import load_example
 from _paths import REPO
 
 TABLES = load_example("results_tables")
-
-
-def recorded(name):
-    with open(os.path.join(REPO, "examples", "outputs", name), encoding="utf-8") as handle:
-        return json.load(handle)
+recorded = TABLES.output  # examples/outputs/NAME parsed, shared: copy it before changing it
 
 
 @pytest.mark.parametrize("page", TABLES.PAGES)
@@ -156,8 +152,7 @@ def test_what_the_prose_says_of_the_tables_holds():
     assert all(pooled[m]["glomo_rnn - uniform_rnn"]["p"] < 0.05 for m in ("exact_match", "f1"))
     assert all(own["paired"]["exact_match"][f"{v}: own - books predictor"]["losses"] == 5
                for v in ("glomo_rnn", "uniform_rnn"))  # "on every seed"
-    with open(os.path.join(REPO, "benchmarks", "outputs", "reader_epoch.json")) as handle:
-        assert max(json.load(handle)["ratio_to_baseline"]["glomo_rnn"]) < 2  # "under twice"
+    assert max(TABLES.bench("reader_epoch")["ratio_to_baseline"]["glomo_rnn"]) < 2  # "under twice"
     parity = recorded("precision_parity.json")  # "within a percent", "inside the seeds' spread"
     assert abs(parity["val_perplexity_bf16_over_float32"] - 1) < 0.01
     assert abs(parity["transfer_bf16_vs_float32"]["mean_difference"]) < parity[
