@@ -66,6 +66,8 @@ def parse_args(argv):
                         help="causal convolutions of the key and query networks")
     parser.add_argument("--kernel-size", type=int, default=3,
                         help="their width: a query sees conv-layers * (kernel-size - 1) + 1 units")
+    parser.add_argument("--context-length", type=int, default=3,
+                        help="units the decoder predicts past each position")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--variants", nargs="+",
                         default=["baseline", "glomo_embeddings", "glomo_rnn", "uniform"])
@@ -108,7 +110,7 @@ def pretrain(args, paths, run_dir):
             output_dir=run_dir, train=[paths["pretrain.txt"]], validation_fraction=0.05,
             window=64, shift=64, hidden_dim=args.hidden_dim, num_layers=args.layers,
             num_heads=args.heads, conv_layers=args.conv_layers,
-            kernel_size=args.kernel_size, context_length=3, decoder_layers=1,
+            kernel_size=args.kernel_size, context_length=args.context_length, decoder_layers=1,
             num_positions=20, composition=args.composition, normalization=args.normalization,
             entmax_alpha=args.entmax_alpha,
             optimizer="adam", learning_rate=0.002, clipnorm=1.0, batch_size=32,
@@ -222,6 +224,8 @@ def main(argv=None):
         form += f"{args.entmax_alpha:g}"
     if (args.conv_layers, args.kernel_size) != (2, 3):
         form += f"_conv{args.conv_layers}x{args.kernel_size}"
+    form += "".join(f"_{tag}{value}" for tag, value, default in (
+        ("hidden", args.hidden_dim, 64), ("context", args.context_length, 3)) if value != default)
     run_dir = os.path.join(args.run_dir, f"pretrain_{form}")
     results = {"command": "python examples/listops_graphs.py " + " ".join(argv),
                "machine": {"cpus": os.cpu_count(), **cpu_description()},

@@ -38,6 +38,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", required=True)
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=32, help="fit's batch_size (Keras' 32)")
     p.add_argument("--output", help="the JSON to write")
     args = p.parse_args(argv)
 
@@ -56,13 +57,14 @@ def main(argv=None):
             start = time.perf_counter()
             classifier = glomo_tf.GlomoClassifier.from_preset("glomo_books_en", num_classes=2,
                                                               transfer_at=transfer_at)
-            classifier.fit(train, y_train, epochs=args.epochs, verbose=0)
+            classifier.fit(train, y_train, batch_size=args.batch_size, epochs=args.epochs,
+                           verbose=0)
             _, accuracy = classifier.evaluate(test, y_test, verbose=0)
             runs.append({"transfer_at": transfer_at, "seed": seed, "test_accuracy": accuracy,
                          "seconds": round(time.perf_counter() - start, 1)})
             print(json.dumps(runs[-1]))
     record = {**recorded(tf), "train_examples": len(train), "test_examples": len(test),
-              "epochs": args.epochs, "runs": runs}
+              "epochs": args.epochs, "batch_size": args.batch_size, "runs": runs}
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             json.dump(record, handle, indent=1)

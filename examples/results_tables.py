@@ -491,11 +491,15 @@ def listops_agreement_table():
 
 
 LISTOPS_SWEEP = ("conv2x3", "conv4x5", "conv4x11", "conv4x11_entmax15")
+# The sweep's settings besides the reach, and their values in examples/listops_graphs.py's
+# recorded runs (4 epochs of pretraining): a row names those it changes.
+SWEEP_SETTINGS = (("composition", "gru"), ("normalization", "squared_relu"),
+                  ("hidden_dim", 64), ("context_length", 3), ("pretrain_epochs", 4))
 
 
 @table("listops predictor sweep", "docs/results/where-graphs-pay.md")
 def listops_predictor_sweep_table():
-    """The ListOps predictor's key / query reach and normalisation against the gold trees
+    """The ListOps predictor's key / query reach and other settings against the gold trees
     (``listops_predictor_sweep/*.json``)."""
     rows = []
     for name in LISTOPS_SWEEP:
@@ -503,14 +507,22 @@ def listops_predictor_sweep_table():
         config, a, pretraining = record["config"], record["agreement"], record["pretraining"]
         layers, width = config["conv_layers"], config["kernel_size"]
         best, averaged = a["best_head"], a["best_heads_averaged"]
-        rows.append([f"{layers} x {width}", layers * (width - 1) + 1, config["normalization"],
-                     f"{pretraining['val_perplexity']:.2f}",
+        changed = ", ".join(f"`--{k.replace('_', '-')} {config.get(k, v)}`"
+                            for k, v in SWEEP_SETTINGS if config.get(k, v) != v)
+        rows.append([f"{layers} x {width}", layers * (width - 1) + 1, changed or "",
+                     f"{pretraining['steps']:,}", f"{pretraining['val_perplexity']:.2f}",
                      f"{best['share']:.3f} (layer {best['layer']}, head {best['head']})",
                      f"{averaged['share']:.3f} (layer {averaged['layer']})",
-                     f"{pretraining['wall_time_s']:.0f}"])
-    return markdown(["convolutions x width", "units a query sees", "normalisation",
-                     "val perplexity", "best head", "heads averaged", "pretraining (s)"], rows,
-                    ["---", "---:", "---", "---:", "---", "---", "---:"])
+                     f"{pretraining['wall_time_s']:.0f}", cpu_name(record["machine"])])
+    return markdown(["convolutions x width", "units a query sees", "other settings", "steps",
+                     "val perplexity", "best head", "heads averaged", "pretraining (s)", "on"],
+                    rows, ["---", "---:", "---", "---:", "---:", "---", "---", "---:", "---"])
+
+
+def cpu_name(machine):
+    """``Intel Xeon, AMX`` / ``AMD EPYC``: a recorded machine's CPU, and AMX where it has it."""
+    name = " ".join(machine["cpu"].replace("(R)", "").split()[:2])
+    return name + (", AMX" if "amx_bf16" in machine.get("bfloat16_units", []) else "")
 
 
 @table("listops transfer", "docs/results/where-graphs-pay.md")
