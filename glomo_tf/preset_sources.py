@@ -74,8 +74,8 @@ def _parse(handle, verb, lengths, upload=False):
     parts = path.split("/")
     form = UPLOAD_FORMS[kind] if upload else HUBS[kind][1]
     if len(parts) not in lengths[kind] or not all(parts) or (upload and "@" in path):
-        raise PresetError(f"{handle!r} is not a {kind} handle to {'upload to' if upload else 'read'}"
-                          f": write it {form}.")
+        use = "upload to" if upload else "read"
+        raise PresetError(f"{handle!r} is not a {kind} handle to {use}: write it {form}.")
     return kind, path
 
 

@@ -1,7 +1,8 @@
 """A task model saved with its preset (``GlomoClassifier.save_to_preset``): ``task.json``
 (the model's Keras config) and ``task.weights.h5`` (the weights of its layers other than the
-graph predictor, in the model's order of variables), beside the predictor and the tokenizer of the preset format
-(:mod:`glomo_tf.presets`): the predictor's weights are stored once, in its own file."""
+graph predictor, in the model's order of variables), beside the predictor and the tokenizer of
+the preset format (:mod:`glomo_tf.presets`): the predictor's weights are stored once, in its own
+file."""
 
 import json
 import os

@@ -408,6 +408,14 @@ def read_layer(preset, cls=None, dtype=None):
     if not isinstance(layer, cls or keras.layers.Layer):
         raise PresetError(f"{os.path.join(directory, CONFIG_FILE)} describes a "
                           f"{type(layer).__name__}, not a {kind}.")
+    return load_layer_weights(directory, layer, config)
+
+
+def load_layer_weights(preset, layer, config=None):
+    """Reads the weights file of ``preset`` into ``layer``, built from the preset's config (by
+    :func:`read_layer`, or inside a task model the preset holds); returns ``layer``."""
+    directory = preset_directory(preset)
+    config = config or read_json(directory, CONFIG_FILE)
     weights = existing_file(directory, WEIGHTS_FILE)
     try:
         _load_weights(_weights_model(layer), weights, config)

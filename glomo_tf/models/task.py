@@ -128,8 +128,7 @@ class GlomoClassifier(keras.Model):
             shared = [task.graph_predictor] if task.graph_predictor is not None else []
             preset_tasks.load_task_weights(directory, task, shared)
             if shared:  # the preset's own predictor weights, stored once
-                task.graph_predictor.set_weights(
-                    GraphPredictor.from_preset(directory).get_weights())
+                presets.load_layer_weights(directory, task.graph_predictor)
             return task
         tokenizer = GlomoTokenizer.from_preset(directory, sequence_length=sequence_length)
         predictor = (GraphPredictor.from_preset(directory, trainable=False)
@@ -141,7 +140,8 @@ class GlomoClassifier(keras.Model):
         """Writes the classifier as a preset (replacing a preset there): its graph predictor
         (:meth:`GraphPredictor.save_to_preset`, none for ``transfer_at=None``), its tokenizer,
         the model itself (``task.json``, and ``task.weights.h5`` with every weight but the
-        predictor's, which its own file holds) and the model card; returns its path. ``from_preset(preset_dir)`` gives it back, weights and all; the predictor and
+        predictor's, which its own file holds) and the model card; returns its path.
+        ``from_preset(preset_dir)`` gives it back, weights and all; the predictor and the
         tokenizer load from it on their own too.
 
         Args:
