@@ -14,9 +14,13 @@ row                       variant and form
 ``baseline``              the plain BiGRU classifier (no graphs)
 ``uniform, propagation``  the uniform graph through the deep form (no structure)
 ``gold, fusion``          the gold trees at the embeddings, the paper's one gated fusion
-``gold, propagation``     the gold trees at the embeddings, ``GraphPropagation`` (sum, mlp)
+``gold, propagation``     the gold trees at the embeddings, ``GraphPropagation``
 ``learned, propagation``  a pretrained predictor's graphs (``--predictor``), the deep form
 ========================  ===================================================================
+
+The deep form is 8 steps of the perceptron update over the sum of a unit's sources by default
+(``--propagation-steps 8 --propagation-aggregation sum --propagation-update mlp``); a row run with
+other settings is named by them, ``gold, propagation (gru, sum)``, and kept beside the default's.
 
 The JSON keeps each row's runs and its paired comparison with the baseline (per seed);
 :func:`render_table` makes the table of ``docs/results/where-graphs-pay.md`` from it.
@@ -30,6 +34,7 @@ Run (the seeds are fixed in the command and recorded in the JSON)::
 import argparse
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,15 +44,31 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from _records import read_record, write_record  # noqa: E402
 
-DEEP = ["--transfer-form", "propagation", "--propagation-steps", "8",
-        "--propagation-aggregation", "sum", "--propagation-update", "mlp"]
+# The deep form's settings as the pilot ran them; a row run with others is named by them.
+DEEP_DEFAULTS = {"steps": 8, "aggregation": "sum", "update": "mlp"}
 ROWS = {
-    "baseline": (["--variants", "baseline"], "baseline"),
-    "uniform, propagation": (["--variants", "uniform"] + DEEP, "uniform"),
-    "gold, fusion": (["--variants", "gold_embeddings"], "gold_embeddings"),
-    "gold, propagation": (["--variants", "gold_embeddings"] + DEEP, "gold_embeddings"),
-    "learned, propagation": (["--variants", "glomo_embeddings"] + DEEP, "glomo_embeddings"),
+    "baseline": ("baseline", False),
+    "uniform, propagation": ("uniform", True),
+    "gold, fusion": ("gold_embeddings", False),
+    "gold, propagation": ("gold_embeddings", True),
+    "learned, propagation": ("glomo_embeddings", True),
 }
+
+
+def deep_flags(steps, aggregation, update):
+    """``glomo transfer``'s flags for the deep form with these settings."""
+    return ["--transfer-form", "propagation", "--propagation-steps", str(steps),
+            "--propagation-aggregation", aggregation, "--propagation-update", update]
+
+
+def row_name(row, steps, aggregation, update):
+    """The row's name in the JSON and the table: ``row`` for the fusion rows and the deep form's
+    default settings, else ``row (update, aggregation[, N steps])``."""
+    if not ROWS[row][1] or (steps, aggregation, update) == tuple(DEEP_DEFAULTS.values()):
+        return row
+    settings = [update, aggregation] + ([f"{steps} steps"] if steps != DEEP_DEFAULTS["steps"]
+                                         else [])
+    return f"{row} ({', '.join(settings)})"
 
 
 def parse_args(argv=None):
@@ -61,6 +82,12 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--patience", type=int, default=4)
     p.add_argument("--units", type=int, default=64, help="embedding and GRU width")
+    p.add_argument("--propagation-steps", type=int, default=DEEP_DEFAULTS["steps"],
+                   help="the deep form's steps")
+    p.add_argument("--propagation-aggregation", choices=("sum", "mean"),
+                   default=DEEP_DEFAULTS["aggregation"], help="the deep form's aggregation")
+    p.add_argument("--propagation-update", choices=("mlp", "gru"),
+                   default=DEEP_DEFAULTS["update"], help="the deep form's update")
     p.add_argument("--run-dir", default="runs/listops_ceiling")
     p.add_argument("--output", help="the JSON to write (rows already in it are kept)")
     p.add_argument("--render", action="store_true", help="print --output's table and stop")
@@ -88,6 +115,11 @@ def make_data(data_dir):
 
 def row_key(size, row):
     return f"{size} | {row}"
+
+
+def run_folder(name):
+    """A row's run directory: ``gold, propagation (gru, sum)`` -> ``gold_propagation_gru_sum``."""
+    return "_".join(re.findall(r"[A-Za-z0-9]+", name))
 
 
 def where_this_runs():
@@ -133,8 +165,12 @@ def main(argv=None):
     for size in args.sizes:
         results = {}
         for row in ["baseline"] + [r for r in args.rows if r != "baseline"]:
-            flags, variant = ROWS[row]
-            out = os.path.join(args.run_dir, str(size), row.replace(", ", "_"))
+            variant, deep = ROWS[row]
+            form = (args.propagation_steps, args.propagation_aggregation,
+                    args.propagation_update)
+            name = row_name(row, *form)
+            flags = ["--variants", variant] + (deep_flags(*form) if deep else [])
+            out = os.path.join(args.run_dir, str(size), run_folder(name))
             pretrained = (["--model", args.predictor, "--tokenizer", args.tokenizer]
                           if variant.startswith("glomo") else [])
             argv_row = ["transfer", "--dataset", "listops", "--file", paths[size], "--test-file",
@@ -147,11 +183,13 @@ def main(argv=None):
             with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:
                 runs = json.load(handle)["runs"]
             results[row] = evaluation.per_seed_accuracy(runs, variant)
-            before = record["rows"].get(row_key(size, row), {})
-            entry = {"size": size, "row": row, "variant": variant,
+            seconds = evaluation.per_seed_accuracy(runs, variant, metric="seconds")
+            before = record["rows"].get(row_key(size, name), {})
+            entry = {"size": size, "row": name, "variant": variant,
                      "command": "glomo " + " ".join(argv_row),
                      "seeds": sorted(results[row]),
                      "accuracy_by_seed": {str(s): a for s, a in sorted(results[row].items())},
+                     "seconds_by_seed": {str(s): round(t, 1) for s, t in sorted(seconds.items())},
                      # Where each seed's run was trained: a seed the record already held was
                      # resumed, not trained here, and keeps its entry.
                      "trained_on": {str(s): before.get("trained_on", {}).get(str(s))
@@ -160,7 +198,7 @@ def main(argv=None):
             if row != "baseline":
                 entry["paired_with_baseline"] = evaluation.paired_comparison(
                     results[row], results["baseline"])
-            record["rows"][row_key(size, row)] = entry
+            record["rows"][row_key(size, name)] = entry
             if args.output:
                 write_record(args.output, record)
     print(render_table(record))

@@ -1,0 +1,78 @@
+"""``examples/listops_ceiling.py``: the deep form's settings name a row and its run folder (the
+default's rows keep their names and folders), reach ``glomo transfer``'s flags, and the JSON pairs
+each row with the baseline seed by seed. ``glomo transfer`` itself is replaced by a stand-in that
+writes a results file as it does, so no classifier is trained here."""
+
+import json
+import os
+
+import pytest
+
+from _examples import load_example
+
+
+@pytest.fixture(scope="module")
+def ceiling():
+    return load_example("listops_ceiling")
+
+
+def test_the_default_forms_rows_keep_their_names_and_folders(ceiling):
+    for row in ceiling.ROWS:
+        name = ceiling.row_name(row, 8, "sum", "mlp")
+        assert name == row
+        assert ceiling.run_folder(name) == row.replace(", ", "_")
+
+
+def test_other_settings_name_the_deep_rows_only(ceiling):
+    assert ceiling.row_name("gold, propagation", 8, "sum", "gru") == "gold, propagation (gru, sum)"
+    assert (ceiling.row_name("uniform, propagation", 4, "mean", "mlp")
+            == "uniform, propagation (mlp, mean, 4 steps)")
+    # the fusion rows and the baseline have no deep form: the settings do not rename them
+    assert ceiling.row_name("gold, fusion", 4, "mean", "gru") == "gold, fusion"
+    assert ceiling.row_name("baseline", 8, "sum", "gru") == "baseline"
+    assert (ceiling.run_folder("gold, propagation (gru, mean, 4 steps)")
+            == "gold_propagation_gru_mean_4_steps")
+
+
+def test_a_run_records_each_forms_flags_and_its_pairing(ceiling, monkeypatch, tmp_path):
+    from glomo_tf import cli
+
+    accuracy = {("baseline", 0): 0.50, ("baseline", 1): 0.60,
+                ("gold_embeddings", 0): 0.70, ("gold_embeddings", 1): 0.65}
+    calls = []
+
+    def transfer(argv):
+        calls.append(argv)
+        variant = argv[argv.index("--variants") + 1]
+        out = argv[argv.index("--output-dir") + 1]
+        os.makedirs(out, exist_ok=True)
+        runs = [{"variant": variant, "seed": s, "accuracy": accuracy[variant, s], "seconds": 2.0}
+                for s in (0, 1)]
+        with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as handle:
+            json.dump({"runs": runs}, handle)
+        return 0
+
+    monkeypatch.setattr(cli, "main", transfer)
+    monkeypatch.setattr(ceiling, "make_data", lambda d: {12000: "train.tsv", 40000: "big.tsv",
+                                                         "test": "test.tsv"})
+    output = tmp_path / "ceiling.json"
+    assert ceiling.main(["--sizes", "12000", "--seeds", "0", "1", "--rows", "baseline",
+                         "gold, propagation", "--propagation-update", "gru",
+                         "--propagation-aggregation", "mean", "--run-dir", str(tmp_path / "runs"),
+                         "--output", str(output)]) == 0
+    baseline_call, gold_call = calls
+    assert "--transfer-form" not in baseline_call
+    form = gold_call[gold_call.index("--transfer-form"):][:8]
+    assert form == ["--transfer-form", "propagation", "--propagation-steps", "8",
+                    "--propagation-aggregation", "mean", "--propagation-update", "gru"]
+    assert gold_call[gold_call.index("--output-dir") + 1] == str(
+        tmp_path / "runs" / "12000" / "gold_propagation_gru_mean")
+
+    rows = json.loads(output.read_text(encoding="utf-8"))["rows"]
+    entry = rows["12000 | gold, propagation (gru, mean)"]
+    assert entry["seconds_by_seed"] == {"0": 2.0, "1": 2.0}
+    paired = entry["paired_with_baseline"]
+    assert (paired["seeds"], paired["wins"], paired["losses"]) == (2, 2, 0)
+    assert paired["mean_difference"] == pytest.approx(((0.70 - 0.50) + (0.65 - 0.60)) / 2)
+    assert "| 12,000 | gold, propagation (gru, mean) | 2 | 70.0 / 65.0 | 67.5 |" in (
+        ceiling.render_table({"rows": rows}))
