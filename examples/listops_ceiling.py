@@ -122,6 +122,18 @@ def run_folder(name):
     return "_".join(re.findall(r"[A-Za-z0-9]+", name))
 
 
+def seeds_already_run(out, variant):
+    """The seeds whose ``variant`` run ``out/results.json`` holds before this invocation (they
+    are resumed, not trained again)."""
+    from glomo_tf import evaluation
+
+    path = os.path.join(out, "results.json")
+    if not os.path.exists(path):
+        return set()
+    with open(path, encoding="utf-8") as handle:
+        return set(evaluation.per_seed_accuracy(json.load(handle)["runs"], variant))
+
+
 def where_this_runs():
     """The date and machine of this invocation (``benchmarks/_harness.recorded``'s)."""
     from _harness import recorded
@@ -178,6 +190,7 @@ def main(argv=None):
                         "--embedding-dim", str(args.units), "--rnn-units", str(args.units),
                         "--epochs", str(args.epochs), "--patience", str(args.patience),
                         "--output-dir", out, "--resume", "--save-models", "--verbose", "2"]
+            resumed = seeds_already_run(out, variant)
             if cli.main(argv_row) != 0:
                 raise SystemExit(f"row {row!r} failed: glomo {' '.join(argv_row)}")
             with open(os.path.join(out, "results.json"), encoding="utf-8") as handle:
@@ -190,10 +203,10 @@ def main(argv=None):
                      "seeds": sorted(results[row]),
                      "accuracy_by_seed": {str(s): a for s, a in sorted(results[row].items())},
                      "seconds_by_seed": {str(s): round(t, 1) for s, t in sorted(seconds.items())},
-                     # Where each seed's run was trained: a seed the record already held was
-                     # resumed, not trained here, and keeps its entry.
+                     # Where each seed's run was trained: a seed whose run the directory
+                     # already held was resumed, not trained here, and keeps the record's entry.
                      "trained_on": {str(s): before.get("trained_on", {}).get(str(s))
-                                    if s in before.get("seeds", ()) else here
+                                    if s in resumed else here
                                     for s in sorted(results[row])}}
             if row != "baseline":
                 entry["paired_with_baseline"] = evaluation.paired_comparison(

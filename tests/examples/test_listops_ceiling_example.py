@@ -76,3 +76,36 @@ def test_a_run_records_each_forms_flags_and_its_pairing(ceiling, monkeypatch, tm
     assert paired["mean_difference"] == pytest.approx(((0.70 - 0.50) + (0.65 - 0.60)) / 2)
     assert "| 12,000 | gold, propagation (gru, mean) | 2 | 70.0 / 65.0 | 67.5 |" in (
         ceiling.render_table({"rows": rows}))
+
+
+def test_a_seed_is_marked_trained_here_unless_its_run_was_resumed(ceiling, monkeypatch, tmp_path):
+    """The record's ``trained_on`` entry for a seed is kept only where the row's directory held
+    the seed's run before (resumed); a run trained again, its directory gone, is stamped anew."""
+    from glomo_tf import cli
+
+    def transfer(argv):
+        variant = argv[argv.index("--variants") + 1]
+        out = argv[argv.index("--output-dir") + 1]
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as handle:
+            json.dump({"runs": [{"variant": variant, "seed": 0, "accuracy": 0.5,
+                                 "seconds": 1.0}]}, handle)
+        return 0
+
+    monkeypatch.setattr(cli, "main", transfer)
+    monkeypatch.setattr(ceiling, "make_data", lambda d: {12000: "train.tsv", "test": "test.tsv"})
+    monkeypatch.setattr(ceiling, "where_this_runs", lambda: {"date": "now"})
+    output = tmp_path / "ceiling.json"
+    earlier = {"date": "earlier"}
+    output.write_text(json.dumps({"rows": {
+        f"12000 | {row}": {"seeds": [0], "trained_on": {"0": earlier}}
+        for row in ("baseline", "gold, propagation")}}), encoding="utf-8")
+    # the baseline's run is on disk (resumed); the gold row's directory is gone (trained again)
+    transfer(["--variants", "baseline", "--output-dir",
+              str(tmp_path / "runs" / "12000" / "baseline")])
+    assert ceiling.main(["--sizes", "12000", "--seeds", "0", "--rows", "baseline",
+                         "gold, propagation", "--run-dir", str(tmp_path / "runs"),
+                         "--output", str(output)]) == 0
+    rows = json.loads(output.read_text(encoding="utf-8"))["rows"]
+    assert rows["12000 | baseline"]["trained_on"] == {"0": earlier}
+    assert rows["12000 | gold, propagation"]["trained_on"] == {"0": {"date": "now"}}
