@@ -172,9 +172,33 @@ def save_models(args, output_dir, run_dir, test_path):
     shutil.copy(test_path, os.path.join(args.models_dir, "test.tsv"))
 
 
+def operator_depth(tokens):
+    """How deep the operators of an expression's tokens nest: 0 for a bare digit, 1 for
+    ``[MAX 2 9 ]``, 2 for ``[SM [MIN 1 2 ] 3 ]``."""
+    depth = deepest = 0
+    for token in tokens:
+        depth += token.startswith("[") - (token == "]")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def breakdown(examples, correct):
+    """Accuracy by the expression's outermost operator (``digit`` for a bare one) and by how
+    deep its operators nest: ``{"by_operator": {op: {"examples", "accuracy"}}, "by_depth":
+    {depth: ...}}``, each group's share of ``correct`` (a bool per example)."""
+    groups = {"by_operator": {}, "by_depth": {}}
+    for example, right in zip(examples, correct):
+        root = example.tokens[0] if example.tokens[0].startswith("[") else "digit"
+        for kind, key in (("by_operator", root), ("by_depth", str(operator_depth(example.tokens)))):
+            groups[kind].setdefault(key, []).append(bool(right))
+    return {kind: {key: {"examples": len(hits), "accuracy": round(sum(hits) / len(hits), 4)}
+                   for key, hits in sorted(found.items())} for kind, found in groups.items()}
+
+
 def evaluate(argv):
     """``evaluate --model M.keras --tokenizer DIR --file F``: a saved classifier's accuracy on a
-    ListOps file in the original format (a gold variant's is given each expression's tree)."""
+    ListOps file in the original format (a gold variant's is given each expression's tree), in
+    all and by outermost operator and nesting depth (:func:`breakdown`)."""
     parser = argparse.ArgumentParser(description=evaluate.__doc__.split("\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokenizer", required=True)
@@ -205,7 +229,8 @@ def evaluate(argv):
         predicted = np.argmax(model.predict(ids, batch_size=256, verbose=0), axis=-1)
     labels = np.array([e.label for e in examples])
     result = {"model": args.model, "file": args.file, "examples": len(examples),
-              "accuracy": round(float(np.mean(predicted == labels)), 4)}
+              "accuracy": round(float(np.mean(predicted == labels)), 4),
+              **breakdown(examples, predicted == labels)}
     print(json.dumps(result))
     return result
 

@@ -491,7 +491,8 @@ def listops_agreement_table():
 
 
 LISTOPS_SWEEP = ("conv2x3", "conv4x5", "conv4x11", "conv4x11_entmax15", "conv4x5_context6",
-                 "conv4x5_hidden128", "conv4x5_epochs12", "conv4x5_projected_entmax15")
+                 "conv4x5_hidden128", "conv4x5_epochs12", "conv4x5_epochs12_run2",
+                 "conv4x5_projected_entmax15")
 # The sweep's settings besides the reach, and their values in examples/listops_graphs.py's
 # recorded runs (4 epochs of pretraining): a row names those it changes.
 SWEEP_SETTINGS = (("composition", "gru"), ("normalization", "squared_relu"),

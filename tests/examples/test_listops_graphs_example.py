@@ -79,3 +79,21 @@ def test_example_tiny_run_end_to_end_and_evaluate(example, tmp_path, capsys):
     assert scored["examples"] == 10 and scored["accuracy"] * 10 == pytest.approx(
         round(scored["accuracy"] * 10))
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == scored
+    assert sum(g["examples"] for g in scored["by_operator"].values()) == 10
+    assert scored["by_operator"]["digit"]["examples"] == 1 and "0" in scored["by_depth"]
+
+
+def test_the_breakdown_counts_each_operator_and_depth(example):
+    from glomo_tf.data.listops import parse_line
+
+    lines = ["9\t[MAX 2 9 ]", "1\t[MIN [MAX 1 2 ] 1 ]", "4\t4", "3\t[SM [MIN 1 2 ] [MAX 1 2 ] ]",
+             "2\t[MAX [SM 1 1 ] 0 ]"]
+    examples = [parse_line(line) for line in lines]
+    assert [example.operator_depth(e.tokens) for e in examples] == [1, 2, 0, 2, 2]
+    result = example.breakdown(examples, [True, False, True, True, False])
+    assert result["by_operator"] == {
+        "[MAX": {"examples": 2, "accuracy": 0.5}, "[MIN": {"examples": 1, "accuracy": 0.0},
+        "[SM": {"examples": 1, "accuracy": 1.0}, "digit": {"examples": 1, "accuracy": 1.0}}
+    assert result["by_depth"] == {"0": {"examples": 1, "accuracy": 1.0},
+                                  "1": {"examples": 1, "accuracy": 1.0},
+                                  "2": {"examples": 3, "accuracy": round(1 / 3, 4)}}
