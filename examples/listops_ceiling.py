@@ -8,15 +8,16 @@ the 40,000), and one test set of 1,000 expressions from seed 2 that appear in ne
 is a ``glomo transfer --dataset listops`` run of its own directory (``--resume``: an interrupted
 comparison continues where it stopped), with the same seeds, classifier sizes and epochs:
 
-========================  ===================================================================
-row                       variant and form
-========================  ===================================================================
-``baseline``              the plain BiGRU classifier (no graphs)
-``uniform, propagation``  the uniform graph through the deep form (no structure)
-``gold, fusion``          the gold trees at the embeddings, the paper's one gated fusion
-``gold, propagation``     the gold trees at the embeddings, ``GraphPropagation``
-``learned, propagation``  a pretrained predictor's graphs (``--predictor``), the deep form
-========================  ===================================================================
+============================  =================================================================
+row                           variant and form
+============================  =================================================================
+``baseline``                  the plain BiGRU classifier (no graphs)
+``uniform, propagation``      the uniform graph through the deep form (no structure)
+``gold, fusion``              the gold trees at the embeddings, the paper's one gated fusion
+``gold, propagation``         the gold trees at the embeddings, ``GraphPropagation``
+``gold chains, propagation``  the gold trees as folds (``--gold-form chain``), the deep form
+``learned, propagation``      a pretrained predictor's graphs (``--predictor``), the deep form
+============================  =================================================================
 
 The deep form is 8 steps of the perceptron update over the sum of a unit's sources by default
 (``--propagation-steps 8 --propagation-aggregation sum --propagation-update mlp``); a row run with
@@ -46,12 +47,14 @@ from _records import read_record, write_record  # noqa: E402
 
 # The deep form's settings as the pilot ran them; a row run with others is named by them.
 DEEP_DEFAULTS = {"steps": 8, "aggregation": "sum", "update": "mlp"}
+# A row: its variant, whether it takes the deep form, and its other flags.
 ROWS = {
-    "baseline": ("baseline", False),
-    "uniform, propagation": ("uniform", True),
-    "gold, fusion": ("gold_embeddings", False),
-    "gold, propagation": ("gold_embeddings", True),
-    "learned, propagation": ("glomo_embeddings", True),
+    "baseline": ("baseline", False, ()),
+    "uniform, propagation": ("uniform", True, ()),
+    "gold, fusion": ("gold_embeddings", False, ()),
+    "gold, propagation": ("gold_embeddings", True, ()),
+    "gold chains, propagation": ("gold_embeddings", True, ("--gold-form", "chain")),
+    "learned, propagation": ("glomo_embeddings", True, ()),
 }
 
 
@@ -177,11 +180,11 @@ def main(argv=None):
     for size in args.sizes:
         results = {}
         for row in ["baseline"] + [r for r in args.rows if r != "baseline"]:
-            variant, deep = ROWS[row]
+            variant, deep, extra = ROWS[row]
             form = (args.propagation_steps, args.propagation_aggregation,
                     args.propagation_update)
             name = row_name(row, *form)
-            flags = ["--variants", variant] + (deep_flags(*form) if deep else [])
+            flags = ["--variants", variant, *extra] + (deep_flags(*form) if deep else [])
             out = os.path.join(args.run_dir, str(size), run_folder(name))
             pretrained = (["--model", args.predictor, "--tokenizer", args.tokenizer]
                           if variant.startswith("glomo") else [])

@@ -218,11 +218,14 @@ def evaluate(argv):
     ids = encode(tokenizer, texts, args.max_length)
     model = keras.models.load_model(args.model)
     if len(model.inputs) == 2:  # a gold variant: the expressions' own trees as its graphs
+        from glomo_tf import hparams
         from glomo_tf.data.graph_cache import cached_inference_batches
         from glomo_tf.experiments.classification import gold_graphs
 
+        heads = model.inputs[1].shape[3]  # the form the model was trained on, by its heads
+        form = next(f for f, k in hparams.GOLD_FORMS.items() if k == heads)
         data, order = cached_inference_batches(ids, np.zeros(len(ids), "int64"), 256,
-                                               gold_graphs(texts, ids), dense=True)
+                                               gold_graphs(texts, ids, form), dense=True)
         predicted = np.empty(len(ids), np.int64)
         predicted[order] = np.argmax(model.predict(data, verbose=0), axis=-1)
     else:

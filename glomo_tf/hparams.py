@@ -47,6 +47,9 @@ GOLD_VARIANTS = ("gold_embeddings", "gold_rnn")
 # How a classifier uses the graphs: the paper's one gated fusion (GlomoTransfer), or states
 # composed along them over several steps (GraphPropagation).
 TRANSFER_FORMS = ("fusion", "propagation")
+# The gold variants' graphs (glomo_tf.data.gold_graphs) and their heads: a unit to its tree
+# neighbours (tree_graphs), or ListOps' left-to-right composition (listops_chain_graphs).
+GOLD_FORMS = {"tree": 1, "chain": 2}
 # Run by `glomo transfer` when no --variants are given: the GLoMo comparison.
 DEFAULT_VARIANTS = ("baseline", "glomo_embeddings", "glomo_rnn", "uniform")
 

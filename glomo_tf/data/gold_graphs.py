@@ -12,6 +12,9 @@ is the weight unit ``t`` puts on source ``s``; forward sources ``s < t``, backwa
   neighbours (its parent and its children) on that direction's side. For ListOps, whose
   parents come first, the forward graph points each unit at its parent operator and the
   backward graph each operator at its arguments;
+* :func:`listops_chain_graphs`: a ListOps tree as its left-to-right composition (each argument
+  takes the one before it, each ``]`` its list's last argument), for a composition that folds
+  one argument per step (``glomo transfer --gold-graphs chain``);
 * :func:`edge_graphs`: from given ``(receiver, source)`` edges per direction (the planted
   corpus' :meth:`~glomo_tf.data.PlantedCorpus.edges_of`);
 * :func:`listops_parents`, :func:`dependency_parents`: the parents of a ListOps text's units and
@@ -54,6 +57,61 @@ def tree_graphs(parents):
     child = np.nonzero(parents >= 0)[0]
     adjacent[child, parents[child]] = adjacent[parents[child], child] = True
     return _spread(adjacent)
+
+
+def listops_chain_graphs(parents):
+    """``[2, 1, 2, n, n]`` float32 graphs of a ListOps tree read as its left-to-right
+    composition, one source per row and head, every source before its receiver (the backward
+    graphs are empty):
+
+    * head 0, the *chain*: an operator's first argument takes the operator; each next argument
+      takes the one before it, where an argument that is a nested list stands for its ``]``;
+    * head 1, the *close*: each ``]`` takes its list's last argument (as above).
+
+    So a list's running value moves along its arguments from its operator, and its ``]`` holds
+    the list's value folded into the enclosing list's running value (the root's ``]``, the last
+    unit, holds the expression's value): the composition of a tree model over the data's own
+    binary trees, ``((([SM 4) 3) 9)``, one argument per step, which a sum over the arguments (
+    :func:`tree_graphs`) cannot do for ``[SM`` (their sum modulo 10). A unit's value needs as many
+    propagation steps as the longest chain of sources behind it (:func:`chain_depth`).
+
+    Args:
+        parents: each unit's parent (:func:`glomo_tf.data.listops.parents`): an argument's is
+            its list's operator, a ``]``'s its own list's (a list's last child), -1 the root's.
+    """
+    parents = np.asarray(parents, np.int64)
+    n = len(parents)
+    if np.any((parents < -1) | (parents >= np.arange(n))):
+        raise ValueError(f"a ListOps unit's parent is -1 or a unit before it; got "
+                         f"{parents.tolist()[:20]}.")
+    children = [[] for _ in range(n)]
+    for unit, parent in enumerate(parents):
+        if parent >= 0:
+            children[parent].append(unit)
+    graphs = np.zeros((2, 1, 2, n, n), np.float32)
+    for operator in range(n):
+        if not children[operator]:
+            continue
+        *arguments, closer = children[operator]
+        previous = operator
+        for argument in arguments:  # a nested list stands for its ']'
+            standing = children[argument][-1] if children[argument] else argument
+            graphs[0, 0, 0, standing, previous] = 1.0
+            previous = standing
+        graphs[0, 0, 1, closer, previous] = 1.0
+    return graphs
+
+
+def chain_depth(graphs):
+    """The longest path of sources behind any unit of ``[2, L, K, n, n]`` forward graphs
+    (:func:`listops_chain_graphs`): the propagation steps after which every unit has heard all
+    of its sources' sources."""
+    sources = np.asarray(graphs)[0].reshape(-1, *np.shape(graphs)[-2:]).max(0) > 0
+    depth = np.zeros(sources.shape[0], np.int64)
+    for unit in range(sources.shape[0]):  # forward sources come first: one pass in order
+        behind = np.nonzero(sources[unit, :unit])[0]
+        depth[unit] = 1 + depth[behind].max() if len(behind) else 0
+    return int(depth.max(initial=0))
 
 
 def edge_graphs(n, forward_edges=(), backward_edges=()):

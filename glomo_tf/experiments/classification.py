@@ -110,17 +110,18 @@ def seed_splits(config, official, num_examples, seed):
     return scaffolding.split_indices(num_examples, config.split, config.folds, seed)
 
 
-def gold_graphs(texts, ids):
+def gold_graphs(texts, ids, form="tree"):
     """The :class:`~glomo_tf.data.graph_cache.GraphCache` of the texts' own structure
-    (:mod:`glomo_tf.data.gold_graphs`; ListOps: each expression's tree), over the units of
-    ``ids`` (the texts encoded, each cut to its first ``max_length`` units: a ListOps unit's
-    parent comes before it, so a cut tree stays a tree)."""
+    (:mod:`glomo_tf.data.gold_graphs`; ListOps: each expression's tree, ``form`` ``"tree"`` or
+    ``"chain"``), over the units of ``ids`` (the texts encoded, each cut to its first
+    ``max_length`` units: a ListOps unit's parent comes before it, so a cut tree stays a tree)."""
     from glomo_tf.data import gold_graphs as gold
     from glomo_tf.data.batching import sequence_lengths
 
     lengths = np.maximum(sequence_lengths(np.asarray(ids)), 1)
     try:
-        return gold.gold_graph_cache([gold.tree_graphs(gold.listops_parents(text)[:n])
+        graphs = {"tree": gold.tree_graphs, "chain": gold.listops_chain_graphs}[form]
+        return gold.gold_graph_cache([graphs(gold.listops_parents(text)[:n])
                                       for text, n in zip(texts, lengths)])
     except ValueError as error:
         raise ValueError(f"The gold variants read each text's tree: {error}") from None
@@ -252,14 +253,14 @@ def run_classification(config, record=None):
                     transfer_form=config.transfer_form,
                     propagation_steps=config.propagation_steps,
                     propagation_aggregation=config.propagation_aggregation,
-                    propagation_update=config.propagation_update)
+                    propagation_update=config.propagation_update, gold_form=config.gold_form)
                 scaffolding.initial_embeddings(model, predictor, config)
                 graphs = None
                 if variant in hparams.GOLD_VARIANTS:
                     graphs = {"gold": [
-                        gold_graphs([texts[i] for i in train], ids[train]),
-                        gold_graphs(validation_texts, validation_data[0]),
-                        gold_graphs(test_texts, test_data[0])]}
+                        gold_graphs([texts[i] for i in train], ids[train], config.gold_form),
+                        gold_graphs(validation_texts, validation_data[0], config.gold_form),
+                        gold_graphs(test_texts, test_data[0], config.gold_form)]}
                 elif (predictor is not None and config.graph_cache
                         and variant in hparams.PREDICTOR_VARIANTS):
                     graphs = {"cache": graph_cache().subset(train), "predictor": predictor,

@@ -132,6 +132,11 @@ class TransferConfig:
         "gru", "how `transfer_form` propagation updates a unit each step: gru (a GRU cell on its "
         "state and messages) or mlp (a two-layer perceptron of its input and messages)",
         group="model and training", choices=("gru", "mlp"))
+    gold_form: str = setting(
+        "tree", "the gold variants' graphs: tree (each unit to its parent and children) or chain "
+        "(ListOps: each argument to the one before it, each ] to its list's last argument; a "
+        "fold of one argument per propagation step)", group="model and training",
+        choices=tuple(hparams.GOLD_FORMS))
     epochs: int = setting(10, "most training epochs per run", group="model and training")
     patience: int = setting(2, "epochs without a better validation accuracy before stopping",
                             group="model and training")

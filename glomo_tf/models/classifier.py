@@ -168,7 +168,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      transfer_dropout=0.0, num_anchors=2,
                      reconstruct_length=4, predict_length=4, aux_weight=0.5, top_k=None,
                      graph_temperature=None, transfer_form="fusion", propagation_steps=3,
-                     propagation_aggregation="mean", propagation_update="gru", name=None):
+                     propagation_aggregation="mean", propagation_update="gru", gold_form="tree",
+                     name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -211,6 +212,9 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             gathers a unit's sources (:class:`GraphPropagation`'s ``aggregation``).
         propagation_update: ``"gru"`` or ``"mlp"``, how it updates a unit each step
             (:class:`GraphPropagation`'s ``update``).
+        gold_form: the gold variants' graphs: ``"tree"`` (one head,
+            :func:`~glomo_tf.data.gold_graphs.tree_graphs`) or ``"chain"`` (two heads,
+            :func:`~glomo_tf.data.gold_graphs.listops_chain_graphs`).
         name: model name; default ``"classifier_<variant>"``.
 
     Returns:
@@ -221,12 +225,14 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
     hparams.check_choice("transfer_form", transfer_form, hparams.TRANSFER_FORMS)
+    hparams.check_choice("gold_form", gold_form, tuple(hparams.GOLD_FORMS))
     if variant in PREDICTOR_VARIANTS:
         check_graph_predictor(variant, graph_predictor, vocabulary_size)
     gold = variant in GOLD_VARIANTS
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    # The gold variants read the data's graphs (one layer, one head), dense.
-    gold_graphs = [keras.Input((2, 1, 1, None, None), name="graphs")] if gold else []
+    # The gold variants read the data's graphs (one layer; one head, or two for chains), dense.
+    gold_graphs = ([keras.Input((2, 1, hparams.GOLD_FORMS[gold_form], None, None),
+                                name="graphs")] if gold else [])
 
     def transfer(features, graph_mode, layer_name):
         learned = graph_mode == "learned" and not gold

@@ -124,3 +124,52 @@ def test_module_examples_run(module):
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.attempted >= 1 and result.failed == 0
+
+
+def run_chain(tokens, graphs):
+    """Reference: a ListOps expression evaluated by reading only the chain graphs' edges, one
+    unit after another: an operator opens ``(op, [])``, an argument appends its value to the
+    running list its chain source holds, a ``]`` applies its close source's list and appends the
+    value to its chain source's list (or, the root's, returns it)."""
+    from glomo_tf.data.listops import _apply
+
+    state = {}
+    for t, token in enumerate(tokens):
+        chain = np.nonzero(graphs[0, 0, 0, t])[0]
+        close = np.nonzero(graphs[0, 0, 1, t])[0]
+        if token.startswith("["):
+            state[t] = (token, [])
+            continue
+        if token == "]":
+            operator, values = state[int(close[0])]
+            value = _apply(operator, values)
+        else:
+            value = int(token)
+        if not len(chain):
+            state[t] = value
+            continue
+        operator, values = state[int(chain[0])]
+        state[t] = (operator, values + [value])
+    return state[len(tokens) - 1]
+
+
+def test_listops_chain_graphs_compute_each_expressions_value():
+    from glomo_tf.data.listops import generate_listops, parents
+
+    graphs = gold.listops_chain_graphs(parents("[MAX 2 [MIN 3 4 ] ]".split()))
+    edges = [sorted(zip(*np.nonzero(graphs[0, 0, h]))) for h in range(2)]
+    assert edges == [[(1, 0), (3, 2), (4, 3), (5, 1)], [(5, 4), (6, 5)]]
+    assert not graphs[1].any() and gold.chain_depth(graphs) == 4  # 2 -> 3 -> 4 -> 5 -> 6
+    examples = generate_listops(300, seed=3, max_depth=5, max_length=60)
+    assert len({e.label for e in examples}) == 10
+    for example in examples:
+        graphs = gold.listops_chain_graphs(parents(example.tokens))
+        # one source per row and head, always before its receiver
+        assert graphs.sum(-1).max() <= 1 and not np.triu(graphs[0, 0].any(0)).any()
+        assert run_chain(example.tokens, graphs) == example.label, example.expression
+
+
+def test_chain_depth_counts_the_longest_path_of_sources():
+    graphs = gold.edge_graphs(5, forward_edges=[(1, 0), (2, 1), (4, 0)])
+    assert gold.chain_depth(graphs) == 2
+    assert gold.chain_depth(np.zeros((2, 1, 1, 3, 3))) == 0

@@ -20,7 +20,7 @@ def test_the_default_forms_rows_keep_their_names_and_folders(ceiling):
     for row in ceiling.ROWS:
         name = ceiling.row_name(row, 8, "sum", "mlp")
         assert name == row
-        assert ceiling.run_folder(name) == row.replace(", ", "_")
+        assert ceiling.run_folder(name) == row.replace(", ", "_").replace(" ", "_")
 
 
 def test_other_settings_name_the_deep_rows_only(ceiling):

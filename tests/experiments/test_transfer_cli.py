@@ -356,29 +356,34 @@ def test_init_embeddings_start_every_variant_from_the_predictors_table(task, cap
 
 
 def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
-    """The gold variants read each expression's tree; ``--transfer-form propagation`` puts a
-    GraphPropagation where the fusion was; the runs land in results.json beside the baseline."""
+    """The gold variants read each expression's tree (``--gold-form chain``: as its fold, two
+    heads); ``--transfer-form propagation`` puts a GraphPropagation where the fusion was; the
+    runs land in results.json beside the baseline."""
     from glomo_tf.data.listops import generate_listops, write_listops
 
     path, test_path = tmp_path / "listops.tsv", tmp_path / "test.tsv"
     write_listops(str(path), generate_listops(120, seed=0, max_depth=3, max_length=24))
     write_listops(str(test_path), generate_listops(40, seed=5, max_depth=3, max_length=24))
-    for form, variants, layer_class in (
-            ("fusion", ["gold_rnn"], "GlomoTransfer"),
-            ("propagation", ["baseline", "gold_embeddings"], "GraphPropagation")):
-        out = tmp_path / form
+    for form, variants, layer_class, gold_form in (
+            ("fusion", ["gold_rnn"], "GlomoTransfer", "tree"),
+            ("propagation", ["baseline", "gold_embeddings"], "GraphPropagation", "tree"),
+            ("propagation", ["gold_embeddings"], "GraphPropagation", "chain")):
+        out = tmp_path / f"{form}_{gold_form}"
         assert cli.main(["transfer", "--dataset", "listops", "--file", str(path), "--test-file",
-                         str(test_path), "--variants", *variants, "--seeds", "0", "--epochs", "1", "--embedding-dim", "8",
+                         str(test_path), "--variants", *variants, "--seeds", "0", "--epochs", "1",
+                         "--gold-form", gold_form, "--embedding-dim", "8",
                          "--rnn-units", "4", "--attention-heads", "2", "--transfer-form", form,
                          "--propagation-steps", "2", "--propagation-aggregation", "sum",
                          "--propagation-update", "mlp", "--output-dir", str(out),
                          "--save-models", "--verbose", "0"]) == 0
         result = json.loads((out / "results.json").read_text())
-        assert result["config"]["transfer_form"] == form
+        assert (result["config"]["transfer_form"], result["config"]["gold_form"]) == (
+            form, gold_form)
         assert [r["variant"] for r in result["runs"]] == variants
         saved = keras.saving.load_model(str(out / "models" / f"{variants[-1]}-seed0.keras"))
         layer = saved.get_layer(variants[-1])
         assert type(layer).__name__ == layer_class and len(saved.inputs) == 2
+        assert saved.inputs[1].shape[3] == {"tree": 1, "chain": 2}[gold_form]  # the heads
         if form == "propagation":
             assert (layer.steps, layer.aggregation, layer.update) == (2, "sum", "mlp")
         # The saved model and its split's tokenizer give the recorded test accuracy again.
