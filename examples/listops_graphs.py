@@ -204,6 +204,9 @@ def evaluate(argv):
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--file", required=True)
     parser.add_argument("--max-length", type=int, default=1_000)
+    parser.add_argument("--output", help="also keep the result in this JSON, under --name "
+                        "(the file's other results are kept)")
+    parser.add_argument("--name", help="--output's key for this model (default: its path)")
     args = parser.parse_args(argv)
     import keras
 
@@ -235,6 +238,14 @@ def evaluate(argv):
               "accuracy": round(float(np.mean(predicted == labels)), 4),
               **breakdown(examples, predicted == labels)}
     print(json.dumps(result))
+    if args.output:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _records import read_record, write_record
+
+        record = read_record(args.output, {"evaluations": {}})
+        record["evaluations"][args.name or args.model] = {
+            "command": "python examples/listops_graphs.py evaluate " + " ".join(argv), **result}
+        write_record(args.output, record)
     return result
 
 

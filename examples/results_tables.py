@@ -686,6 +686,35 @@ def listops_ceiling_3_seeds_table():
     return listops_ceiling.render_table(output("listops_ceiling_3seeds.json"))
 
 
+@table("listops ceiling 12k", "docs/results/where-graphs-pay.md")
+def listops_ceiling_12k_table():
+    """The deep form's update and aggregation on the 12,000 (``listops_ceiling_12k.json``)."""
+    import listops_ceiling
+
+    return listops_ceiling.render_table(output("listops_ceiling_12k.json"))
+
+
+@table("listops ceiling 12k breakdown", "docs/results/where-graphs-pay.md")
+def listops_ceiling_12k_breakdown_table():
+    """The committed 12,000 models' test accuracy by outermost operator and nesting depth
+    (``listops_ceiling_12k_evaluations.json``, by ``listops_graphs.py evaluate --output``)."""
+    evaluations = output("listops_ceiling_12k_evaluations.json")["evaluations"]
+    operators = sorted({op for e in evaluations.values() for op in e["by_operator"]})
+    depths = sorted({d for e in evaluations.values() for d in e["by_depth"]}, key=int)
+
+    def cell(group, key):
+        found = group.get(key)
+        return f"{100 * found['accuracy']:.1f}" if found else "-"
+
+    first = next(iter(evaluations.values()))
+    header = (["model", "all"] + [f"`{op}` ({first['by_operator'][op]['examples']})"
+                                  for op in operators]
+              + [f"depth {d} ({first['by_depth'][d]['examples']})" for d in depths])
+    rows = [[name, f"{100 * e['accuracy']:.1f}"] + [cell(e["by_operator"], op) for op in operators]
+            + [cell(e["by_depth"], d) for d in depths] for name, e in evaluations.items()]
+    return markdown(header, rows, ["---"] + ["---:"] * (len(header) - 1))
+
+
 # -------------------------------------------------------------------------- benchmarks/README.md
 
 def when(result):

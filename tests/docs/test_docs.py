@@ -1,6 +1,7 @@
 """The documentation: ``mkdocs build --strict`` (the guides, the results and the API reference
 generated from the docstrings) and every relative link of ``README.md`` and ``docs/**/*.md``."""
 
+import fnmatch
 import importlib.util
 import pathlib
 import re
@@ -53,6 +54,48 @@ def test_every_relative_link_points_at_an_existing_file(path):
         assert REPO in resolved.parents or resolved == REPO, f"{target} leaves the repository"
         if anchor and resolved.suffix == ".md":
             assert anchor in anchors(resolved), f"{path.relative_to(REPO)}: no heading #{anchor}"
+
+
+# A recorded file the pages name, in prose or in a command: ``examples/outputs/...`` up to a space,
+# quote, bracket or closing punctuation, with the shell's ``{a,b}`` and ``*``; a name with capitals
+# (``NAME.json``) is a placeholder.
+RECORDED = re.compile(r"examples/outputs/(?:[\w./+*-]|\{[\w.,-]*\})*(?<=[\w/*}])")
+
+
+def expand_braces(name):
+    """``a{b,c}d`` -> ``abd``, ``acd`` (the shell's brace expansion, any number of groups)."""
+    group = re.search(r"\{([^{}]*)\}", name)
+    if not group:
+        return [name]
+    return [expanded for choice in group.group(1).split(",")
+            for expanded in expand_braces(name[:group.start()] + choice + name[group.end():])]
+
+
+def tracked_files():
+    listed = subprocess.run(["git", "ls-files", "examples/outputs"], cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout.split()
+    return set(listed) | {str(pathlib.PurePosixPath(f).parent) for f in listed}
+
+
+def test_the_pages_recorded_names_are_read_as_the_shell_reads_them():
+    text = ("see `examples/outputs/mr_results.{json,md}`), `examples/outputs/wikitext2_*_metrics"
+            ".json` and examples/outputs/listops_models/tokenizer.")
+    assert [n for m in RECORDED.findall(text) for n in expand_braces(m)] == [
+        "examples/outputs/mr_results.json", "examples/outputs/mr_results.md",
+        "examples/outputs/wikitext2_*_metrics.json", "examples/outputs/listops_models/tokenizer"]
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="a source tree without its git history")
+def test_every_recorded_file_the_pages_name_is_committed():
+    """A page's ``--model examples/outputs/...`` or JSON is in git, not only on the machine that
+    made it (``*.keras`` is ignored unless its folder is let through in ``.gitignore``)."""
+    tracked = tracked_files()
+    named = {(name.rstrip("/"), str(path.relative_to(REPO))) for path in PAGES
+             for m in RECORDED.findall(path.read_text(encoding="utf-8"))
+             if not re.search(r"[A-Z]{2}", m) for name in expand_braces(m)}
+    missing = sorted(f"{page}: {name}" for name, page in named
+                     if not fnmatch.filter(tracked, name))
+    assert not missing, "named but not committed: " + "; ".join(missing)
 
 
 def test_mkdocs_build_strict(tmp_path):

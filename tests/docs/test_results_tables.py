@@ -65,7 +65,8 @@ def test_the_ud_heads_json_holds_the_whole_yardstick():
         assert result["command"].startswith("python examples/ud_heads.py")
 
 
-@pytest.mark.parametrize("name", ["listops_ceiling.json", "listops_ceiling_3seeds.json"])
+@pytest.mark.parametrize("name", ["listops_ceiling.json", "listops_ceiling_3seeds.json",
+                                  "listops_ceiling_12k.json"])
 def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed(name):
     from scipy import stats
 
@@ -267,3 +268,17 @@ def test_mrpc_sits_barely_above_always_answering_paraphrase():
     task = load_mrpc()
     share = np.mean([np.mean(pair_splits(task, seed)[2].labels) for seed in record["config"]["seeds"]])
     assert 0 < max(v["mean"] for v in record["summary"]["variants"].values()) - share < 0.015
+
+
+def test_the_committed_ceiling_models_evaluations_are_their_rows_runs():
+    """``listops_ceiling_12k_evaluations.json``: each committed model scored the accuracy its
+    row's run recorded, on the committed test set, and its groups add up to the test set."""
+    rows = recorded("listops_ceiling_12k.json")["rows"]
+    for name, evaluation in recorded("listops_ceiling_12k_evaluations.json")[
+            "evaluations"].items():
+        assert evaluation["accuracy"] == round(rows[f"12000 | {name}"]["accuracy_by_seed"]["0"], 4)
+        assert evaluation["file"] == "examples/outputs/listops_ceiling_models/test.tsv"
+        for groups in (evaluation["by_operator"], evaluation["by_depth"]):
+            assert sum(g["examples"] for g in groups.values()) == evaluation["examples"]
+            assert abs(sum(g["examples"] * g["accuracy"] for g in groups.values())
+                       - evaluation["examples"] * evaluation["accuracy"]) < 0.5

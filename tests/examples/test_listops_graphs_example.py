@@ -74,13 +74,18 @@ def test_example_tiny_run_end_to_end_and_evaluate(example, tmp_path, capsys):
     with open(own, "a", encoding="utf-8") as handle:
         handle.write("4\t4\n")
     capsys.readouterr()
+    kept = tmp_path / "evaluations.json"
     scored = example.main(["evaluate", "--model", str(models / "glomo_rnn-seed0.keras"),
-                           "--tokenizer", str(models / "tokenizer"), "--file", str(own)])
+                           "--tokenizer", str(models / "tokenizer"), "--file", str(own),
+                           "--output", str(kept), "--name", "glomo_rnn"])
     assert scored["examples"] == 10 and scored["accuracy"] * 10 == pytest.approx(
         round(scored["accuracy"] * 10))
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == scored
     assert sum(g["examples"] for g in scored["by_operator"].values()) == 10
     assert scored["by_operator"]["digit"]["examples"] == 1 and "0" in scored["by_depth"]
+    entry = json.loads(kept.read_text(encoding="utf-8"))["evaluations"]["glomo_rnn"]
+    assert entry["command"].startswith("python examples/listops_graphs.py evaluate --model")
+    assert {k: v for k, v in entry.items() if k != "command"} == scored
 
 
 def test_the_breakdown_counts_each_operator_and_depth(example):
