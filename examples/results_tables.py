@@ -694,11 +694,29 @@ def listops_ceiling_12k_table():
     return listops_ceiling.render_table(output("listops_ceiling_12k.json"))
 
 
+@table("listops ceiling 40k pilots", "docs/results/where-graphs-pay.md")
+def listops_ceiling_40k_pilots_table():
+    """The learned graphs and the gold folds on the 40,000 (``listops_ceiling_40k.json``)."""
+    import listops_ceiling
+
+    return listops_ceiling.render_table(output("listops_ceiling_40k.json"))
+
+
 @table("listops ceiling 12k breakdown", "docs/results/where-graphs-pay.md")
 def listops_ceiling_12k_breakdown_table():
     """The committed 12,000 models' test accuracy by outermost operator and nesting depth
     (``listops_ceiling_12k_evaluations.json``, by ``listops_graphs.py evaluate --output``)."""
-    evaluations = output("listops_ceiling_12k_evaluations.json")["evaluations"]
+    return breakdown_table(output("listops_ceiling_12k_evaluations.json")["evaluations"])
+
+
+@table("listops ceiling 40k breakdown", "docs/results/where-graphs-pay.md")
+def listops_ceiling_40k_breakdown_table():
+    """The same for the committed 40,000 models (``listops_ceiling_40k_evaluations.json``)."""
+    return breakdown_table(output("listops_ceiling_40k_evaluations.json")["evaluations"])
+
+
+def breakdown_table(evaluations):
+    """A row per evaluated model: its accuracy in all, by outermost operator and by depth."""
     operators = sorted({op for e in evaluations.values() for op in e["by_operator"]})
     depths = sorted({d for e in evaluations.values() for d in e["by_depth"]}, key=int)
 

@@ -66,7 +66,7 @@ def test_the_ud_heads_json_holds_the_whole_yardstick():
 
 
 @pytest.mark.parametrize("name", ["listops_ceiling.json", "listops_ceiling_3seeds.json",
-                                  "listops_ceiling_12k.json"])
+                                  "listops_ceiling_12k.json", "listops_ceiling_40k.json"])
 def test_the_ceiling_json_pairs_every_row_with_its_baseline_seed_by_seed(name):
     from scipy import stats
 
@@ -270,13 +270,15 @@ def test_mrpc_sits_barely_above_always_answering_paraphrase():
     assert 0 < max(v["mean"] for v in record["summary"]["variants"].values()) - share < 0.015
 
 
-def test_the_committed_ceiling_models_evaluations_are_their_rows_runs():
-    """``listops_ceiling_12k_evaluations.json``: each committed model scored the accuracy its
+@pytest.mark.parametrize("size", ["12k", "40k"])
+def test_the_committed_ceiling_models_evaluations_are_their_rows_runs(size):
+    """``listops_ceiling_*_evaluations.json``: each committed model scored the accuracy its
     row's run recorded, on the committed test set, and its groups add up to the test set."""
-    rows = recorded("listops_ceiling_12k.json")["rows"]
-    for name, evaluation in recorded("listops_ceiling_12k_evaluations.json")[
+    rows = recorded(f"listops_ceiling_{size}.json")["rows"]
+    for name, evaluation in recorded(f"listops_ceiling_{size}_evaluations.json")[
             "evaluations"].items():
-        assert evaluation["accuracy"] == round(rows[f"12000 | {name}"]["accuracy_by_seed"]["0"], 4)
+        key = f"{int(size[:-1]) * 1000} | {name}"
+        assert evaluation["accuracy"] == round(rows[key]["accuracy_by_seed"]["0"], 4)
         assert evaluation["file"] == "examples/outputs/listops_ceiling_models/test.tsv"
         for groups in (evaluation["by_operator"], evaluation["by_depth"]):
             assert sum(g["examples"] for g in groups.values()) == evaluation["examples"]
