@@ -71,9 +71,9 @@ def listops_chain_graphs(parents):
     So a list's running value moves along its arguments from its operator, and its ``]`` holds
     the list's value folded into the enclosing list's running value (the root's ``]``, the last
     unit, holds the expression's value): the composition of a tree model over the data's own
-    binary trees, ``((([SM 4) 3) 9)``, one argument per step, which a sum over the arguments (
-    :func:`tree_graphs`) cannot do for ``[SM`` (their sum modulo 10). A unit's value needs as many
-    propagation steps as the longest chain of sources behind it (:func:`chain_depth`).
+    binary trees, ``((([SM 4) 3) 9)``, one argument per step, where :func:`tree_graphs` hands
+    an operator all of its arguments at once. A unit's value needs as many propagation steps as
+    the longest chain of sources behind it (:func:`chain_depth`).
 
     Args:
         parents: each unit's parent (:func:`glomo_tf.data.listops.parents`): an argument's is
