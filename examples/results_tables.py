@@ -670,36 +670,35 @@ def ud_heads_table():
     return ud_heads.render_table(output("ud_heads.json"))
 
 
+def ceiling_table(name):
+    """A JSON of ``examples/listops_ceiling.py`` rendered by its own table."""
+    import listops_ceiling
+
+    return listops_ceiling.render_table(output(name))
+
+
 @table("listops ceiling", "docs/results/where-graphs-pay.md")
 def listops_ceiling_table():
     """ListOps with its gold trees (``listops_ceiling.json``, by its script)."""
-    import listops_ceiling
-
-    return listops_ceiling.render_table(output("listops_ceiling.json"))
+    return ceiling_table("listops_ceiling.json")
 
 
 @table("listops ceiling 3 seeds", "docs/results/where-graphs-pay.md")
 def listops_ceiling_3_seeds_table():
     """The pre-registered three-seed ceiling (``listops_ceiling_3seeds.json``)."""
-    import listops_ceiling
-
-    return listops_ceiling.render_table(output("listops_ceiling_3seeds.json"))
+    return ceiling_table("listops_ceiling_3seeds.json")
 
 
 @table("listops ceiling 12k", "docs/results/where-graphs-pay.md")
 def listops_ceiling_12k_table():
     """The deep form's update and aggregation on the 12,000 (``listops_ceiling_12k.json``)."""
-    import listops_ceiling
-
-    return listops_ceiling.render_table(output("listops_ceiling_12k.json"))
+    return ceiling_table("listops_ceiling_12k.json")
 
 
 @table("listops ceiling 40k pilots", "docs/results/where-graphs-pay.md")
 def listops_ceiling_40k_pilots_table():
     """The learned graphs and the gold folds on the 40,000 (``listops_ceiling_40k.json``)."""
-    import listops_ceiling
-
-    return listops_ceiling.render_table(output("listops_ceiling_40k.json"))
+    return ceiling_table("listops_ceiling_40k.json")
 
 
 @table("listops ceiling 12k breakdown", "docs/results/where-graphs-pay.md")
