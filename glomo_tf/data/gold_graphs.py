@@ -14,7 +14,7 @@ is the weight unit ``t`` puts on source ``s``; forward sources ``s < t``, backwa
   backward graph each operator at its arguments;
 * :func:`listops_chain_graphs`: a ListOps tree as its left-to-right composition (each argument
   takes the one before it, each ``]`` its list's last argument), for a composition that folds
-  one argument per step (``glomo transfer --gold-graphs chain``);
+  one argument per step (``glomo transfer --gold-form chain``);
 * :func:`edge_graphs`: from given ``(receiver, source)`` edges per direction (the planted
   corpus' :meth:`~glomo_tf.data.PlantedCorpus.edges_of`);
 * :func:`listops_parents`, :func:`dependency_parents`: the parents of a ListOps text's units and
