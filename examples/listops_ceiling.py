@@ -21,7 +21,9 @@ row                           variant and form
 
 The deep form is 8 steps of the perceptron update over the sum of a unit's sources by default
 (``--propagation-steps 8 --propagation-aggregation sum --propagation-update mlp``); a row run with
-other settings is named by them, ``gold, propagation (gru, sum)``, and kept beside the default's.
+other settings is named by them, ``gold, propagation (gru, sum)``, and kept beside the default's;
+so is a row trained for other than 20 epochs with patience 4 (``--epochs 40 --patience 8``:
+``baseline (40 epochs, patience 8)``), the baseline it is paired with trained as long.
 
 The JSON keeps each row's runs and its paired comparison with the baseline (per seed);
 :func:`render_table` makes the table of ``docs/results/where-graphs-pay.md`` from it.
@@ -47,6 +49,8 @@ from _records import read_record, write_record  # noqa: E402
 
 # The deep form's settings as the pilot ran them; a row run with others is named by them.
 DEEP_DEFAULTS = {"steps": 8, "aggregation": "sum", "update": "mlp"}
+# The training length every row ran with first; a row trained longer is named by its own.
+TRAINING_DEFAULTS = {"epochs": 20, "patience": 4}
 # A row: its variant, whether it takes the deep form, and its other flags.
 ROWS = {
     "baseline": ("baseline", False, ()),
@@ -64,14 +68,20 @@ def deep_flags(steps, aggregation, update):
             "--propagation-aggregation", aggregation, "--propagation-update", update]
 
 
-def row_name(row, steps, aggregation, update):
+def row_name(row, steps, aggregation, update, epochs=None, patience=None):
     """The row's name in the JSON and the table: ``row`` for the fusion rows and the deep form's
-    default settings, else ``row (update, aggregation[, N steps])``."""
-    if not ROWS[row][1] or (steps, aggregation, update) == tuple(DEEP_DEFAULTS.values()):
-        return row
-    settings = [update, aggregation] + ([f"{steps} steps"] if steps != DEEP_DEFAULTS["steps"]
-                                         else [])
-    return f"{row} ({', '.join(settings)})"
+    default settings, else ``row (update, aggregation[, N steps])``; a training length other
+    than the default's (``TRAINING_DEFAULTS``) is named too, on every row:
+    ``baseline (40 epochs, patience 8)``."""
+    settings = []
+    if ROWS[row][1] and (steps, aggregation, update) != tuple(DEEP_DEFAULTS.values()):
+        settings = [update, aggregation] + ([f"{steps} steps"]
+                                            if steps != DEEP_DEFAULTS["steps"] else [])
+    training = {"epochs": epochs, "patience": patience}
+    if any(v is not None and v != TRAINING_DEFAULTS[k] for k, v in training.items()):
+        settings += [f"{epochs or TRAINING_DEFAULTS['epochs']} epochs",
+                     f"patience {patience or TRAINING_DEFAULTS['patience']}"]
+    return f"{row} ({', '.join(settings)})" if settings else row
 
 
 def parse_args(argv=None):
@@ -82,8 +92,9 @@ def parse_args(argv=None):
     p.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     p.add_argument("--predictor", help="'learned' rows: a predictor .keras file")
     p.add_argument("--tokenizer", help="'learned' rows: its tokenizer directory")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--patience", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=TRAINING_DEFAULTS["epochs"])
+    p.add_argument("--patience", type=int, default=TRAINING_DEFAULTS["patience"],
+                   help="epochs without a better validation accuracy before a run stops")
     p.add_argument("--units", type=int, default=64, help="embedding and GRU width")
     p.add_argument("--propagation-steps", type=int, default=DEEP_DEFAULTS["steps"],
                    help="the deep form's steps")
@@ -183,7 +194,7 @@ def main(argv=None):
             variant, deep, extra = ROWS[row]
             form = (args.propagation_steps, args.propagation_aggregation,
                     args.propagation_update)
-            name = row_name(row, *form)
+            name = row_name(row, *form, epochs=args.epochs, patience=args.patience)
             flags = ["--variants", variant, *extra] + (deep_flags(*form) if deep else [])
             out = os.path.join(args.run_dir, str(size), run_folder(name))
             pretrained = (["--model", args.predictor, "--tokenizer", args.tokenizer]

@@ -34,6 +34,16 @@ def test_other_settings_name_the_deep_rows_only(ceiling):
             == "gold_propagation_gru_mean_4_steps")
 
 
+def test_a_longer_training_names_every_row_with_its_length(ceiling):
+    assert ceiling.row_name("baseline", 8, "sum", "mlp", epochs=20, patience=4) == "baseline"
+    assert (ceiling.row_name("baseline", 8, "sum", "mlp", epochs=40, patience=8)
+            == "baseline (40 epochs, patience 8)")
+    assert (ceiling.row_name("gold, propagation", 8, "sum", "gru", epochs=40)
+            == "gold, propagation (gru, sum, 40 epochs, patience 4)")
+    assert (ceiling.run_folder(ceiling.row_name("gold, fusion", 8, "sum", "mlp", patience=8))
+            == "gold_fusion_20_epochs_patience_8")
+
+
 def test_a_run_records_each_forms_flags_and_its_pairing(ceiling, monkeypatch, tmp_path):
     from glomo_tf import cli
 
