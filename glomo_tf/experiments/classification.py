@@ -253,7 +253,9 @@ def run_classification(config, record=None):
                     transfer_form=config.transfer_form,
                     propagation_steps=config.propagation_steps,
                     propagation_aggregation=config.propagation_aggregation,
-                    propagation_update=config.propagation_update, gold_form=config.gold_form)
+                    propagation_update=config.propagation_update,
+                    propagation_directions=config.propagation_directions,
+                    gold_form=config.gold_form)
                 scaffolding.initial_embeddings(model, predictor, config)
                 graphs = None
                 if variant in hparams.GOLD_VARIANTS:

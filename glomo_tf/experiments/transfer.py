@@ -132,6 +132,11 @@ class TransferConfig:
         "gru", "how `transfer_form` propagation updates a unit each step: gru (a GRU cell on its "
         "state and messages) or mlp (a two-layer perceptron of its input and messages)",
         group="model and training", choices=("gru", "mlp"))
+    propagation_directions: str = setting(
+        "both", "which of the graphs' directions `transfer_form` propagation hears: both, "
+        "forward (sources before a unit) or backward (after it; over ListOps' gold trees, an "
+        "operator's arguments alone: the bottom-up composition)", group="model and training",
+        choices=("both", "forward", "backward"))
     gold_form: str = setting(
         "tree", "the gold variants' graphs: tree (each unit to its parent and children) or chain "
         "(ListOps: each argument to the one before it, each ] to its list's last argument; a "

@@ -14,6 +14,9 @@ UPDATES = ("gru", "mlp")
 # How a unit gathers what its sources hold: the graph's weighted mean (rows sum to one), or the
 # sum over its sources (each row's weights times its number of sources).
 AGGREGATIONS = ("mean", "sum")
+# Which of the graphs' directions a unit hears: both (the forward graph's sources before it and
+# the backward graph's after it), or one of them alone.
+DIRECTIONS = ("both", "forward", "backward")
 
 
 @keras.saving.register_keras_serializable(package="glomo_tf")
@@ -52,6 +55,13 @@ class GraphPropagation(GlomoTransfer):
             ``tanh(W_c [m ; r * h])``) or an int: the candidate through a ReLU layer of that
             width first, ``tanh(W_c relu(W_u [m ; r * h]))``; the ``"mlp"`` update: the width of
             its hidden layer (default ``2 * units``).
+        directions: ``"both"`` (default: ``m^n`` holds both directions' messages, as above),
+            ``"forward"`` or ``"backward"``: only that direction's. With a tree whose operators
+            come before their arguments (ListOps' prefix order, the gold trees of
+            :func:`~glomo_tf.data.gold_graphs.tree_graphs`), ``"backward"`` is the bottom-up
+            composition alone: an operator hears its arguments and a leaf nothing, so after
+            ``n`` steps every subtree of height up to ``n`` holds its final value; with
+            ``"both"`` each unit also hears its parent, whose state changes with its own.
         dropout: float, dropout on each step's messages ``m^n``.
         **kwargs: :class:`GlomoTransfer`'s other arguments, which say where the graphs come
             from and how they are mixed: ``num_mixtures``, ``conditioned``,
@@ -87,7 +97,7 @@ class GraphPropagation(GlomoTransfer):
     """
 
     def __init__(self, graph_predictor=None, steps=3, units=None, aggregation="mean",
-                 update="gru", hidden_units=None, dropout=0.0, **kwargs):
+                 update="gru", hidden_units=None, directions="both", dropout=0.0, **kwargs):
         super().__init__(graph_predictor, units=units, dropout=dropout, **kwargs)
         (self.steps,) = hparams.check_positive(steps=steps)
         if units is not None:
@@ -96,6 +106,8 @@ class GraphPropagation(GlomoTransfer):
         self.aggregation = aggregation
         hparams.check_choice("update", update, UPDATES)
         self.update = update
+        hparams.check_choice("directions", directions, DIRECTIONS)
+        self.directions = directions
         self.hidden_units = (None if hidden_units is None
                              else hparams.check_positive(hidden_units=hidden_units)[0])
 
@@ -110,7 +122,7 @@ class GraphPropagation(GlomoTransfer):
                                                        name="input_projection")
             self.input_projection.build((None, None, d))
         self.mixture.build((features_shape[0], features_shape[1], units), graphs_shape)
-        cell_input = units * (1 + 2 * self.num_mixtures)
+        cell_input = units * (1 + self._directions_heard() * self.num_mixtures)
         self.gates_dense = self.hidden_dense = None
         if self.update == "mlp":
             self.hidden_dense = keras.layers.Dense(self.hidden_units or 2 * units,
@@ -144,9 +156,11 @@ class GraphPropagation(GlomoTransfer):
         keep = (None if padding_mask is None
                 else tf.cast(padding_mask, self.compute_dtype)[:, :, None])
         shape = tf.shape(h)
-        width = 2 * self.num_mixtures * self._units
+        width = self._directions_heard() * self.num_mixtures * self._units
         for _ in range(self.steps):
             messages = self.mixture(h, graphs=graphs, padding_mask=padding_mask)
+            if self.directions != "both":  # [B, T, 2, m, units] -> the direction heard
+                messages = messages[:, :, DIRECTIONS.index(self.directions) - 1]
             messages = tf.reshape(messages, [shape[0], shape[1], width])  # [B, T, 2 m units]
             messages = self.fusion_dropout(messages, training=training)
             if self.update == "mlp":
@@ -168,6 +182,9 @@ class GraphPropagation(GlomoTransfer):
             output = output * keep
         return output
 
+    def _directions_heard(self):
+        return 2 if self.directions == "both" else 1
+
     def _default_units(self, features_dim):
         """The states' width when ``units`` is None: the features' own."""
         return features_dim
@@ -175,7 +192,7 @@ class GraphPropagation(GlomoTransfer):
     def get_config(self):
         config = super().get_config()
         config.update(steps=self.steps, aggregation=self.aggregation, update=self.update,
-                      hidden_units=self.hidden_units)
+                      hidden_units=self.hidden_units, directions=self.directions)
         return config
 
 

@@ -168,8 +168,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      transfer_dropout=0.0, num_anchors=2,
                      reconstruct_length=4, predict_length=4, aux_weight=0.5, top_k=None,
                      graph_temperature=None, transfer_form="fusion", propagation_steps=3,
-                     propagation_aggregation="mean", propagation_update="gru", gold_form="tree",
-                     name=None):
+                     propagation_aggregation="mean", propagation_update="gru",
+                     propagation_directions="both", gold_form="tree", name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -212,6 +212,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             gathers a unit's sources (:class:`GraphPropagation`'s ``aggregation``).
         propagation_update: ``"gru"`` or ``"mlp"``, how it updates a unit each step
             (:class:`GraphPropagation`'s ``update``).
+        propagation_directions: ``"both"``, ``"forward"`` or ``"backward"``, the graphs'
+            directions a unit hears (:class:`GraphPropagation`'s ``directions``).
         gold_form: the gold variants' graphs: ``"tree"`` (one head,
             :func:`~glomo_tf.data.gold_graphs.tree_graphs`) or ``"chain"`` (two heads,
             :func:`~glomo_tf.data.gold_graphs.listops_chain_graphs`).
@@ -238,6 +240,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         learned = graph_mode == "learned" and not gold
         layer = transfer_layer(graph_predictor if learned else None, transfer_form,
                                propagation_steps, propagation_aggregation, propagation_update,
+                               propagation_directions,
                                num_mixtures=num_mixtures, conditioned=conditioned,
                                include_products=include_products, graph_mode=graph_mode,
                                dropout=transfer_dropout, top_k=top_k if learned else None,
@@ -287,7 +290,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
 
 
 def transfer_layer(graph_predictor, transfer_form="fusion", propagation_steps=3,
-                   propagation_aggregation="mean", propagation_update="gru", **options):
+                   propagation_aggregation="mean", propagation_update="gru",
+                   propagation_directions="both", **options):
     """The layer a classifier transfers graphs with: :class:`GlomoTransfer` (``transfer_form=
     "fusion"``, the paper's one gated fusion) or :class:`GraphPropagation` (``"propagation"``,
     with its steps, aggregation and update); ``options`` are :class:`GlomoTransfer`'s."""
@@ -296,6 +300,7 @@ def transfer_layer(graph_predictor, transfer_form="fusion", propagation_steps=3,
         return GlomoTransfer(graph_predictor, **options)
     return GraphPropagation(graph_predictor, steps=propagation_steps,
                             aggregation=propagation_aggregation, update=propagation_update,
+                            directions=propagation_directions,
                             **options)
 
 

@@ -116,7 +116,8 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                           embedding_dim=128, rnn_units=128, dropout=0.3, num_mixtures=2,
                           transfer_dropout=0.0, top_k=None, graph_temperature=None,
                           transfer_form="fusion", propagation_steps=3,
-                          propagation_aggregation="mean", propagation_update="gru", name=None):
+                          propagation_aggregation="mean", propagation_update="gru",
+                          propagation_directions="both", name=None):
     """A pair classifier ``[first ids [batch, Ta], second ids [batch, Tb]] -> class probabilities``.
 
     Args:
@@ -139,6 +140,7 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         propagation_steps: :class:`GraphPropagation`'s ``steps``.
         propagation_aggregation: :class:`GraphPropagation`'s ``aggregation``.
         propagation_update: :class:`GraphPropagation`'s ``update``.
+        propagation_directions: :class:`GraphPropagation`'s ``directions``.
         name: model name; default ``"pair_classifier_<variant>"``.
 
     Returns:
@@ -155,7 +157,8 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                                  form=dict(transfer_form=transfer_form,
                                            propagation_steps=propagation_steps,
                                            propagation_aggregation=propagation_aggregation,
-                                           propagation_update=propagation_update))
+                                           propagation_update=propagation_update,
+                                           propagation_directions=propagation_directions))
     projection = keras.layers.Dense(rnn_units, activation="relu", name="projection")
     projection_dropout = keras.layers.Dropout(dropout, name="projection_dropout")
     composition = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),

@@ -34,6 +34,15 @@ def test_other_settings_name_the_deep_rows_only(ceiling):
             == "gold_propagation_gru_mean_4_steps")
 
 
+def test_one_direction_names_the_deep_rows_and_adds_its_flag(ceiling):
+    assert (ceiling.row_name("gold, propagation", 8, "sum", "mlp", "backward")
+            == "gold, propagation (mlp, sum, backward)")
+    assert ceiling.row_name("gold, fusion", 8, "sum", "mlp", "backward") == "gold, fusion"
+    assert ceiling.deep_flags(8, "sum", "mlp", "backward")[-2:] == [
+        "--propagation-directions", "backward"]
+    assert "--propagation-directions" not in ceiling.deep_flags(8, "sum", "mlp")
+
+
 def test_a_longer_training_names_every_row_with_its_length(ceiling):
     assert ceiling.row_name("baseline", 8, "sum", "mlp", epochs=20, patience=4) == "baseline"
     assert (ceiling.row_name("baseline", 8, "sum", "mlp", epochs=40, patience=8)

@@ -364,17 +364,19 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
     path, test_path = tmp_path / "listops.tsv", tmp_path / "test.tsv"
     write_listops(str(path), generate_listops(120, seed=0, max_depth=3, max_length=24))
     write_listops(str(test_path), generate_listops(40, seed=5, max_depth=3, max_length=24))
-    for form, variants, layer_class, gold_form in (
-            ("fusion", ["gold_rnn"], "GlomoTransfer", "tree"),
-            ("propagation", ["baseline", "gold_embeddings"], "GraphPropagation", "tree"),
-            ("propagation", ["gold_embeddings"], "GraphPropagation", "chain")):
+    for form, variants, layer_class, gold_form, directions in (
+            ("fusion", ["gold_rnn"], "GlomoTransfer", "tree", "both"),
+            ("propagation", ["baseline", "gold_embeddings"], "GraphPropagation", "tree",
+             "backward"),
+            ("propagation", ["gold_embeddings"], "GraphPropagation", "chain", "both")):
         out = tmp_path / f"{form}_{gold_form}"
         assert cli.main(["transfer", "--dataset", "listops", "--file", str(path), "--test-file",
                          str(test_path), "--variants", *variants, "--seeds", "0", "--epochs", "1",
                          "--gold-form", gold_form, "--embedding-dim", "8",
                          "--rnn-units", "4", "--attention-heads", "2", "--transfer-form", form,
                          "--propagation-steps", "2", "--propagation-aggregation", "sum",
-                         "--propagation-update", "mlp", "--output-dir", str(out),
+                         "--propagation-update", "mlp", "--propagation-directions", directions,
+                         "--output-dir", str(out),
                          "--save-models", "--verbose", "0"]) == 0
         result = json.loads((out / "results.json").read_text())
         assert (result["config"]["transfer_form"], result["config"]["gold_form"]) == (
@@ -385,7 +387,8 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
         assert type(layer).__name__ == layer_class and len(saved.inputs) == 2
         assert saved.inputs[1].shape[3] == {"tree": 1, "chain": 2}[gold_form]  # the heads
         if form == "propagation":
-            assert (layer.steps, layer.aggregation, layer.update) == (2, "sum", "mlp")
+            assert (layer.steps, layer.aggregation, layer.update, layer.directions) == (
+                2, "sum", "mlp", directions)
         # The saved model and its split's tokenizer give the recorded test accuracy again.
         evaluated = load_example("listops_graphs").evaluate([
             "--model", str(out / "models" / f"{variants[-1]}-seed0.keras"), "--tokenizer",

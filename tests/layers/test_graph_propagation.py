@@ -25,16 +25,17 @@ def chain_graphs(n, batch=1):
     return np.repeat(g[None], batch, axis=0)
 
 
-@pytest.mark.parametrize("aggregation, update_form", [("mean", "gru"), ("sum", "gru"),
-                                                 ("sum", "mlp")])
-def test_steps_are_the_updates_of_numpy(rng, aggregation, update_form):
+@pytest.mark.parametrize("aggregation, update_form, directions", [
+    ("mean", "gru", "both"), ("sum", "gru", "both"), ("sum", "mlp", "both"),
+    ("sum", "mlp", "backward"), ("mean", "gru", "forward")])
+def test_steps_are_the_updates_of_numpy(rng, aggregation, update_form, directions):
     """One graph per direction (one layer, one head), one mixture: ``M = scale * G``; summed,
     each row of ``G`` times its number of sources (a tree's rows: its 0/1 adjacency)."""
     features = rng.normal(size=(2, 5, 3)).astype("float32")
     graphs = np.stack([gold.tree_graphs([-1, 0, 0, 2, 2]), gold.tree_graphs([-1, 0, 1, 0, 0])])
     graphs *= PADDING[:, None, None, None, None, :] * PADDING[:, None, None, None, :, None]
     layer = GraphPropagation(steps=3, units=4, conditioned=False, aggregation=aggregation,
-                             update=update_form)
+                             update=update_form, directions=directions)
     layer([features, graphs], mask=[PADDING, None])
     jitter_weights(layer, rng, scale=0.5)
     out = layer([features, graphs], mask=[PADDING, None]).numpy()
@@ -46,9 +47,10 @@ def test_steps_are_the_updates_of_numpy(rng, aggregation, update_form):
         graphs = graphs * (graphs > 0).sum(-1, keepdims=True)
         assert graphs[0, 1, 0, 0, 0].tolist() == [0, 1, 1, 0, 0]  # the root's two arguments
     initial = h
+    heard = {"both": (0, 1), "forward": (0,), "backward": (1,)}[directions]
     for _ in range(3):
         messages = np.concatenate([w["mixture/scale"][z, 0] * graphs[:, z, 0, 0] @ h
-                                   for z in range(2)], -1)
+                                   for z in heard], -1)
         if update_form == "mlp":
             hidden = np.maximum(np.concatenate([initial, messages], -1) @ w["hidden/kernel"]
                                 + w["hidden/bias"], 0)
@@ -79,6 +81,42 @@ def test_a_unit_hears_units_as_many_edges_away_as_there_are_steps(steps):
     reach = np.abs(jacobian).sum(axis=(1, 2, 4)) > 0  # [receiver, source]
     expected = np.array([[t - steps <= s <= t for s in range(n)] for t in range(n)])
     np.testing.assert_array_equal(reach, expected)
+
+
+def test_heard_from_the_arguments_alone_a_tree_composes_bottom_up():
+    """``directions="backward"`` over a tree in prefix order (operators before their arguments):
+    after ``n`` steps a unit's state depends on the units of its subtree ``n`` levels deep and on
+    nothing above or beside it; with both directions the leaves hear their parents too."""
+    parents = [-1, 0, 0, 2, 2, 4, 4]  # 0 -> {1, 2}, 2 -> {3, 4}, 4 -> {5, 6}
+    graphs = gold.tree_graphs(parents)[None]
+    features = tf.constant(np.random.default_rng(2).normal(size=(1, 7, 3)), tf.float32)
+
+    def reach(directions, steps):
+        layer = GraphPropagation(steps=steps, conditioned=False, directions=directions)
+        with tf.GradientTape() as tape:
+            tape.watch(features)
+            out = layer([features, graphs])[0, :, 3:]
+        return np.abs(tape.jacobian(out, features).numpy()).sum(axis=(1, 2, 4)) > 0
+
+    def subtree(t, depth):
+        below = {t}
+        for _ in range(depth):
+            below |= {u for u, p in enumerate(parents) if p in below}
+        return below
+
+    for steps in (1, 2, 3):
+        expected = np.array([[s in subtree(t, steps) for s in range(7)] for t in range(7)])
+        np.testing.assert_array_equal(reach("backward", steps), expected)
+    assert reach("both", 1)[1, 0]  # a leaf hears its operator
+    # forward alone: the root, with no unit before it, keeps its own features only
+    assert reach("forward", 3)[0].tolist() == [True] + [False] * 6
+
+
+def test_directions_are_checked_and_saved():
+    with pytest.raises(ValueError, match="directions"):
+        GraphPropagation(directions="up")
+    layer = GraphPropagation(steps=2, directions="backward")
+    assert GraphPropagation.from_config(layer.get_config()).directions == "backward"
 
 
 def garbage_at_padding(args, kwargs):
