@@ -146,7 +146,8 @@ def run_pairs(config, record=None):
                 transfer_form=config.transfer_form, propagation_steps=config.propagation_steps,
                 propagation_aggregation=config.propagation_aggregation,
                 propagation_update=config.propagation_update,
-                propagation_directions=config.propagation_directions)
+                propagation_directions=config.propagation_directions,
+                propagation_hidden_units=config.propagation_hidden_units)
             scaffolding.initial_embeddings(model, predictor, config)
             start = time.perf_counter()
             predictions, epochs_run = train_and_evaluate_pairs(

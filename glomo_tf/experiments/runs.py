@@ -110,7 +110,8 @@ RESUMABLE_SETTINGS = ("seeds", "variants", "resume", "verbose", "save_models")
 # Settings that results.json files written before them lack, read back as their defaults then.
 EARLIER_DEFAULTS = {"precision": "float32", "transfer_form": "fusion", "propagation_steps": 3,
                     "propagation_aggregation": "mean", "propagation_update": "gru",
-                    "propagation_directions": "both", "gold_form": "tree"}
+                    "propagation_directions": "both", "propagation_hidden_units": None,
+                    "gold_form": "tree"}
 # Settings naming files: the same files named by another path are the same settings.
 PATH_SETTINGS = ("model", "tokenizer", "file", "test_file", "data_dir")
 

@@ -137,6 +137,10 @@ class TransferConfig:
         "forward (sources before a unit) or backward (after it; over ListOps' gold trees, an "
         "operator's arguments alone: the bottom-up composition)", group="model and training",
         choices=("both", "forward", "backward"))
+    propagation_hidden_units: Optional[int] = setting(
+        None, "width of the hidden layer of `transfer_form` propagation's update (mlp: default "
+        "twice the states'; gru: default none, the candidate one layer)",
+        group="model and training")
     gold_form: str = setting(
         "tree", "the gold variants' graphs: tree (each unit to its parent and children) or chain "
         "(ListOps: each argument to the one before it, each ] to its list's last argument; a "
@@ -239,6 +243,9 @@ class TransferConfig:
                 raise ValueError(f"`{name}` must be >= 1.")
         if c.patience < 0 or not 0.0 <= c.dropout < 1.0 or c.learning_rate <= 0:
             raise ValueError("`patience` must be >= 0, `dropout` in [0, 1), `learning_rate` > 0.")
+        if c.propagation_hidden_units is not None and c.propagation_hidden_units < 1:
+            raise ValueError(f"`propagation_hidden_units` must be >= 1 (or left out for the "
+                             f"update's default), got {c.propagation_hidden_units}.")
         if c.top_k is not None and c.top_k < 1:
             raise ValueError(f"`top_k` must be >= 1 (or left out for dense graphs), got "
                              f"{c.top_k}.")

@@ -169,7 +169,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      reconstruct_length=4, predict_length=4, aux_weight=0.5, top_k=None,
                      graph_temperature=None, transfer_form="fusion", propagation_steps=3,
                      propagation_aggregation="mean", propagation_update="gru",
-                     propagation_directions="both", gold_form="tree", name=None):
+                     propagation_directions="both", propagation_hidden_units=None,
+                     gold_form="tree", name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -214,6 +215,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             (:class:`GraphPropagation`'s ``update``).
         propagation_directions: ``"both"``, ``"forward"`` or ``"backward"``, the graphs'
             directions a unit hears (:class:`GraphPropagation`'s ``directions``).
+        propagation_hidden_units: None or an int, the width of the update's hidden layer
+            (:class:`GraphPropagation`'s ``hidden_units``).
         gold_form: the gold variants' graphs: ``"tree"`` (one head,
             :func:`~glomo_tf.data.gold_graphs.tree_graphs`) or ``"chain"`` (two heads,
             :func:`~glomo_tf.data.gold_graphs.listops_chain_graphs`).
@@ -240,7 +243,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         learned = graph_mode == "learned" and not gold
         layer = transfer_layer(graph_predictor if learned else None, transfer_form,
                                propagation_steps, propagation_aggregation, propagation_update,
-                               propagation_directions,
+                               propagation_directions, propagation_hidden_units,
                                num_mixtures=num_mixtures, conditioned=conditioned,
                                include_products=include_products, graph_mode=graph_mode,
                                dropout=transfer_dropout, top_k=top_k if learned else None,
@@ -291,17 +294,18 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
 
 def transfer_layer(graph_predictor, transfer_form="fusion", propagation_steps=3,
                    propagation_aggregation="mean", propagation_update="gru",
-                   propagation_directions="both", **options):
+                   propagation_directions="both", propagation_hidden_units=None, **options):
     """The layer a classifier transfers graphs with: :class:`GlomoTransfer` (``transfer_form=
     "fusion"``, the paper's one gated fusion) or :class:`GraphPropagation` (``"propagation"``,
-    with its steps, aggregation and update); ``options`` are :class:`GlomoTransfer`'s."""
+    with its steps, aggregation, update, directions and hidden width); ``options`` are
+    :class:`GlomoTransfer`'s."""
     hparams.check_choice("transfer_form", transfer_form, hparams.TRANSFER_FORMS)
     if transfer_form == "fusion":
         return GlomoTransfer(graph_predictor, **options)
     return GraphPropagation(graph_predictor, steps=propagation_steps,
                             aggregation=propagation_aggregation, update=propagation_update,
                             directions=propagation_directions,
-                            **options)
+                            hidden_units=propagation_hidden_units, **options)
 
 
 def check_graph_predictor(variant, graph_predictor, vocabulary_size):

@@ -117,7 +117,8 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                           transfer_dropout=0.0, top_k=None, graph_temperature=None,
                           transfer_form="fusion", propagation_steps=3,
                           propagation_aggregation="mean", propagation_update="gru",
-                          propagation_directions="both", name=None):
+                          propagation_directions="both", propagation_hidden_units=None,
+                          name=None):
     """A pair classifier ``[first ids [batch, Ta], second ids [batch, Tb]] -> class probabilities``.
 
     Args:
@@ -141,6 +142,7 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         propagation_aggregation: :class:`GraphPropagation`'s ``aggregation``.
         propagation_update: :class:`GraphPropagation`'s ``update``.
         propagation_directions: :class:`GraphPropagation`'s ``directions``.
+        propagation_hidden_units: :class:`GraphPropagation`'s ``hidden_units``.
         name: model name; default ``"pair_classifier_<variant>"``.
 
     Returns:
@@ -158,7 +160,8 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                                            propagation_steps=propagation_steps,
                                            propagation_aggregation=propagation_aggregation,
                                            propagation_update=propagation_update,
-                                           propagation_directions=propagation_directions))
+                                           propagation_directions=propagation_directions,
+                                           propagation_hidden_units=propagation_hidden_units))
     projection = keras.layers.Dense(rnn_units, activation="relu", name="projection")
     projection_dropout = keras.layers.Dropout(dropout, name="projection_dropout")
     composition = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),

@@ -43,6 +43,17 @@ def test_one_direction_names_the_deep_rows_and_adds_its_flag(ceiling):
     assert "--propagation-directions" not in ceiling.deep_flags(8, "sum", "mlp")
 
 
+def test_a_wider_perceptron_names_the_deep_rows_and_adds_its_flag(ceiling):
+    assert (ceiling.row_name("gold, propagation", 8, "sum", "mlp", "backward", 512)
+            == "gold, propagation (mlp, sum, backward, hidden 512)")
+    assert (ceiling.row_name("gold, propagation", 8, "sum", "mlp", hidden_units=512)
+            == "gold, propagation (mlp, sum, hidden 512)")
+    assert ceiling.row_name("baseline", 8, "sum", "mlp", hidden_units=512) == "baseline"
+    assert ceiling.deep_flags(8, "sum", "mlp", hidden_units=512)[-2:] == [
+        "--propagation-hidden-units", "512"]
+    assert "--propagation-hidden-units" not in ceiling.deep_flags(8, "sum", "mlp", "backward")
+
+
 def test_a_longer_training_names_every_row_with_its_length(ceiling):
     assert ceiling.row_name("baseline", 8, "sum", "mlp", epochs=20, patience=4) == "baseline"
     assert (ceiling.row_name("baseline", 8, "sum", "mlp", epochs=40, patience=8)

@@ -241,6 +241,8 @@ def test_paired_comparison_numbers():
     (["--dataset", "mr", "--variants", "gold_rnn"], "only --dataset listops carries"),
     (["--dataset", "mr", "--variants", "baseline", "--propagation-steps", "0"],
      "--propagation-steps must be >= 1"),
+    (["--dataset", "mr", "--variants", "baseline", "--propagation-hidden-units", "0"],
+     "--propagation-hidden-units must be >= 1"),
     (["--dataset", "squad", "--variants", "baseline", "--transfer-form", "propagation"],
      "reading comprehension transfers graphs through the fusion"),
 ])
@@ -376,7 +378,7 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
                          "--rnn-units", "4", "--attention-heads", "2", "--transfer-form", form,
                          "--propagation-steps", "2", "--propagation-aggregation", "sum",
                          "--propagation-update", "mlp", "--propagation-directions", directions,
-                         "--output-dir", str(out),
+                         "--propagation-hidden-units", "6", "--output-dir", str(out),
                          "--save-models", "--verbose", "0"]) == 0
         result = json.loads((out / "results.json").read_text())
         assert (result["config"]["transfer_form"], result["config"]["gold_form"]) == (
@@ -389,6 +391,7 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
         if form == "propagation":
             assert (layer.steps, layer.aggregation, layer.update, layer.directions) == (
                 2, "sum", "mlp", directions)
+            assert layer.hidden_dense.kernel.shape[-1] == 6  # --propagation-hidden-units
         # The saved model and its split's tokenizer give the recorded test accuracy again.
         evaluated = load_example("listops_graphs").evaluate([
             "--model", str(out / "models" / f"{variants[-1]}-seed0.keras"), "--tokenizer",
