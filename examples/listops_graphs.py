@@ -183,13 +183,17 @@ def operator_depth(tokens):
 
 
 def breakdown(examples, correct):
-    """Accuracy by the expression's outermost operator (``digit`` for a bare one) and by how
-    deep its operators nest: ``{"by_operator": {op: {"examples", "accuracy"}}, "by_depth":
-    {depth: ...}}``, each group's share of ``correct`` (a bool per example)."""
-    groups = {"by_operator": {}, "by_depth": {}}
+    """Accuracy by the expression's outermost operator (``digit`` for a bare one), by how deep
+    its operators nest, and by both: ``{"by_operator": {op: {"examples", "accuracy"}},
+    "by_depth": {depth: ...}, "by_operator_and_depth": {"op depth": ...}}``, each group's share
+    of ``correct`` (a bool per example). An operator's accuracy at depth 1 (a flat list of
+    digits) is how well a model composes it once."""
+    groups = {"by_operator": {}, "by_depth": {}, "by_operator_and_depth": {}}
     for example, right in zip(examples, correct):
         root = example.tokens[0] if example.tokens[0].startswith("[") else "digit"
-        for kind, key in (("by_operator", root), ("by_depth", str(operator_depth(example.tokens)))):
+        depth = str(operator_depth(example.tokens))
+        for kind, key in (("by_operator", root), ("by_depth", depth),
+                          ("by_operator_and_depth", f"{root} {depth}")):
             groups[kind].setdefault(key, []).append(bool(right))
     return {kind: {key: {"examples": len(hits), "accuracy": round(sum(hits) / len(hits), 4)}
                    for key, hits in sorted(found.items())} for kind, found in groups.items()}

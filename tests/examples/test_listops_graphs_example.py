@@ -102,3 +102,7 @@ def test_the_breakdown_counts_each_operator_and_depth(example):
     assert result["by_depth"] == {"0": {"examples": 1, "accuracy": 1.0},
                                   "1": {"examples": 1, "accuracy": 1.0},
                                   "2": {"examples": 3, "accuracy": round(1 / 3, 4)}}
+    assert result["by_operator_and_depth"] == {
+        "[MAX 1": {"examples": 1, "accuracy": 1.0}, "[MAX 2": {"examples": 1, "accuracy": 0.0},
+        "[MIN 2": {"examples": 1, "accuracy": 0.0}, "[SM 2": {"examples": 1, "accuracy": 1.0},
+        "digit 0": {"examples": 1, "accuracy": 1.0}}
