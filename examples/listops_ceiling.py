@@ -24,7 +24,8 @@ The deep form is 8 steps of the perceptron update over the sum of a unit's sourc
 other settings is named by them, ``gold, propagation (gru, sum)`` or, heard from the operators'
 arguments alone (``--propagation-directions backward``), ``gold, propagation (mlp, sum,
 backward)``, or with a wider perceptron (``--propagation-hidden-units 512``: ``gold,
-propagation (mlp, sum, backward, hidden 512)``), and kept beside the default's;
+propagation (mlp, sum, backward, hidden 512)``; ``--propagation-layer-norm`` adds ``layer
+norm``), and kept beside the default's;
 so is a row trained for other than 20 epochs with patience 4 (``--epochs 40 --patience 8``:
 ``baseline (40 epochs, patience 8)``), the baseline it is paired with trained as long.
 
@@ -52,7 +53,7 @@ from _records import read_record, write_record  # noqa: E402
 
 # The deep form's settings as the pilot ran them; a row run with others is named by them.
 DEEP_DEFAULTS = {"steps": 8, "aggregation": "sum", "update": "mlp", "directions": "both",
-                 "hidden_units": None}
+                 "hidden_units": None, "layer_norm": False}
 # The training length every row ran with first; a row trained longer is named by its own.
 TRAINING_DEFAULTS = {"epochs": 20, "patience": 4}
 # A row: its variant, whether it takes the deep form, and its other flags.
@@ -66,27 +67,31 @@ ROWS = {
 }
 
 
-def deep_flags(steps, aggregation, update, directions="both", hidden_units=None):
+def deep_flags(steps, aggregation, update, directions="both", hidden_units=None,
+               layer_norm=False):
     """``glomo transfer``'s flags for the deep form with these settings."""
     return ["--transfer-form", "propagation", "--propagation-steps", str(steps),
             "--propagation-aggregation", aggregation, "--propagation-update", update] + (
                 ["--propagation-directions", directions] if directions != "both" else []) + (
-                ["--propagation-hidden-units", str(hidden_units)] if hidden_units else [])
+                ["--propagation-hidden-units", str(hidden_units)] if hidden_units else []) + (
+                ["--propagation-layer-norm"] if layer_norm else [])
 
 
 def row_name(row, steps, aggregation, update, directions="both", hidden_units=None,
-             epochs=None, patience=None):
+             layer_norm=False, epochs=None, patience=None):
     """The row's name in the JSON and the table: ``row`` for the fusion rows and the deep form's
-    default settings, else ``row (update, aggregation[, N steps][, directions][, hidden N])``;
+    default settings, else ``row (update, aggregation[, N steps][, directions][, hidden N][,
+    layer norm])``;
     a training length other than the default's (``TRAINING_DEFAULTS``) is named too, on every
     row: ``baseline (40 epochs, patience 8)``."""
     settings = []
-    if ROWS[row][1] and (steps, aggregation, update, directions, hidden_units) != tuple(
-            DEEP_DEFAULTS.values()):
+    if ROWS[row][1] and (steps, aggregation, update, directions, hidden_units,
+                         layer_norm) != tuple(DEEP_DEFAULTS.values()):
         settings = [update, aggregation] + ([f"{steps} steps"]
                                             if steps != DEEP_DEFAULTS["steps"] else [])
         settings += [directions] if directions != DEEP_DEFAULTS["directions"] else []
         settings += [f"hidden {hidden_units}"] if hidden_units else []
+        settings += ["layer norm"] if layer_norm else []
     training = {"epochs": epochs, "patience": patience}
     if any(v is not None and v != TRAINING_DEFAULTS[k] for k, v in training.items()):
         settings += [f"{epochs or TRAINING_DEFAULTS['epochs']} epochs",
@@ -118,6 +123,8 @@ def parse_args(argv=None):
                         "trees, an operator's arguments alone)")
     p.add_argument("--propagation-hidden-units", type=int, default=DEEP_DEFAULTS["hidden_units"],
                    help="the width of the deep form's hidden layer (default: its update's)")
+    p.add_argument("--propagation-layer-norm", action="store_true",
+                   help="layer normalisation in the deep form's update")
     p.add_argument("--run-dir", default="runs/listops_ceiling")
     p.add_argument("--output", help="the JSON to write (rows already in it are kept)")
     p.add_argument("--render", action="store_true", help="print --output's table and stop")
@@ -210,7 +217,7 @@ def main(argv=None):
             variant, deep, extra = ROWS[row]
             form = (args.propagation_steps, args.propagation_aggregation,
                     args.propagation_update, args.propagation_directions,
-                    args.propagation_hidden_units)
+                    args.propagation_hidden_units, args.propagation_layer_norm)
             name = row_name(row, *form, epochs=args.epochs, patience=args.patience)
             flags = ["--variants", variant, *extra] + (deep_flags(*form) if deep else [])
             out = os.path.join(args.run_dir, str(size), run_folder(name))

@@ -256,6 +256,7 @@ def run_classification(config, record=None):
                     propagation_update=config.propagation_update,
                     propagation_directions=config.propagation_directions,
                     propagation_hidden_units=config.propagation_hidden_units,
+                    propagation_layer_norm=config.propagation_layer_norm,
                     gold_form=config.gold_form)
                 scaffolding.initial_embeddings(model, predictor, config)
                 graphs = None

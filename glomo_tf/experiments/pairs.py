@@ -147,7 +147,8 @@ def run_pairs(config, record=None):
                 propagation_aggregation=config.propagation_aggregation,
                 propagation_update=config.propagation_update,
                 propagation_directions=config.propagation_directions,
-                propagation_hidden_units=config.propagation_hidden_units)
+                propagation_hidden_units=config.propagation_hidden_units,
+                propagation_layer_norm=config.propagation_layer_norm)
             scaffolding.initial_embeddings(model, predictor, config)
             start = time.perf_counter()
             predictions, epochs_run = train_and_evaluate_pairs(

@@ -111,6 +111,7 @@ RESUMABLE_SETTINGS = ("seeds", "variants", "resume", "verbose", "save_models")
 EARLIER_DEFAULTS = {"precision": "float32", "transfer_form": "fusion", "propagation_steps": 3,
                     "propagation_aggregation": "mean", "propagation_update": "gru",
                     "propagation_directions": "both", "propagation_hidden_units": None,
+                    "propagation_layer_norm": False,
                     "gold_form": "tree"}
 # Settings naming files: the same files named by another path are the same settings.
 PATH_SETTINGS = ("model", "tokenizer", "file", "test_file", "data_dir")

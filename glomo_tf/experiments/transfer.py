@@ -141,6 +141,9 @@ class TransferConfig:
         None, "width of the hidden layer of `transfer_form` propagation's update (mlp: default "
         "twice the states'; gru: default none, the candidate one layer)",
         group="model and training")
+    propagation_layer_norm: bool = setting(
+        False, "`transfer_form` propagation: normalise its update's hidden pre-activations "
+        "over their width (layer normalisation)", group="model and training")
     gold_form: str = setting(
         "tree", "the gold variants' graphs: tree (each unit to its parent and children) or chain "
         "(ListOps: each argument to the one before it, each ] to its list's last argument; a "

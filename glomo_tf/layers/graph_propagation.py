@@ -62,6 +62,11 @@ class GraphPropagation(GlomoTransfer):
             composition alone: an operator hears its arguments and a leaf nothing, so after
             ``n`` steps every subtree of height up to ``n`` holds its final value; with
             ``"both"`` each unit also hears its parent, whose state changes with its own.
+        layer_norm: bool (default False): normalise the update's hidden pre-activations over
+            their width (``keras.layers.LayerNormalization``): the ``"mlp"`` update's hidden
+            layer, ``relu(LN(W_1 [h^0 ; m^n]))``, and the ``"gru"`` update's candidate,
+            ``tanh(LN(W_c ...))``, so that a sum over many sources does not set the scale of
+            every later step.
         dropout: float, dropout on each step's messages ``m^n``.
         **kwargs: :class:`GlomoTransfer`'s other arguments, which say where the graphs come
             from and how they are mixed: ``num_mixtures``, ``conditioned``,
@@ -97,7 +102,8 @@ class GraphPropagation(GlomoTransfer):
     """
 
     def __init__(self, graph_predictor=None, steps=3, units=None, aggregation="mean",
-                 update="gru", hidden_units=None, directions="both", dropout=0.0, **kwargs):
+                 update="gru", hidden_units=None, directions="both", layer_norm=False,
+                 dropout=0.0, **kwargs):
         super().__init__(graph_predictor, units=units, dropout=dropout, **kwargs)
         (self.steps,) = hparams.check_positive(steps=steps)
         if units is not None:
@@ -108,6 +114,7 @@ class GraphPropagation(GlomoTransfer):
         self.update = update
         hparams.check_choice("directions", directions, DIRECTIONS)
         self.directions = directions
+        self.layer_norm = bool(layer_norm)
         self.hidden_units = (None if hidden_units is None
                              else hparams.check_positive(hidden_units=hidden_units)[0])
 
@@ -123,12 +130,13 @@ class GraphPropagation(GlomoTransfer):
             self.input_projection.build((None, None, d))
         self.mixture.build((features_shape[0], features_shape[1], units), graphs_shape)
         cell_input = units * (1 + self._directions_heard() * self.num_mixtures)
-        self.gates_dense = self.hidden_dense = None
+        self.gates_dense = self.hidden_dense = self.norm = None
         if self.update == "mlp":
             self.hidden_dense = keras.layers.Dense(self.hidden_units or 2 * units,
-                                                   activation="relu", dtype=self.dtype_policy,
-                                                   name="hidden")
+                                                   activation=None if self.layer_norm else "relu",
+                                                   dtype=self.dtype_policy, name="hidden")
             self.hidden_dense.build((None, None, cell_input))
+            self._build_norm(self.hidden_dense.units)
             self.output_dense = keras.layers.Dense(units, activation="relu",
                                                    dtype=self.dtype_policy, name="output")
             self.output_dense.build((None, None, self.hidden_dense.units))
@@ -144,7 +152,13 @@ class GraphPropagation(GlomoTransfer):
             self.hidden_dense.build((None, None, cell_input))
             cell_input = self.hidden_units
         self.candidate_dense.build((None, None, cell_input))
+        self._build_norm(units)
         self.built = True
+
+    def _build_norm(self, width):
+        if self.layer_norm:
+            self.norm = keras.layers.LayerNormalization(dtype=self.dtype_policy, name="norm")
+            self.norm.build((None, None, width))
 
     def call(self, inputs, training=None, mask=None):
         features, graphs, padding_mask = self._features_and_graphs(inputs, training, mask)
@@ -164,7 +178,10 @@ class GraphPropagation(GlomoTransfer):
             messages = tf.reshape(messages, [shape[0], shape[1], width])  # [B, T, 2 m units]
             messages = self.fusion_dropout(messages, training=training)
             if self.update == "mlp":
-                h = self.output_dense(self.hidden_dense(tf.concat([initial, messages], -1)))
+                hidden = self.hidden_dense(tf.concat([initial, messages], -1))
+                if self.norm is not None:
+                    hidden = tf.nn.relu(self.norm(hidden))
+                h = self.output_dense(hidden)
                 if keep is not None:
                     h = h * keep
                 continue
@@ -173,7 +190,8 @@ class GraphPropagation(GlomoTransfer):
             candidate = tf.concat([messages, reset * h], -1)
             if self.hidden_dense is not None:
                 candidate = self.hidden_dense(candidate)
-            candidate = tf.tanh(self.candidate_dense(candidate))
+            candidate = self.candidate_dense(candidate)
+            candidate = tf.tanh(candidate if self.norm is None else self.norm(candidate))
             h = (1 - update) * h + update * candidate
             if keep is not None:
                 h = h * keep
@@ -192,7 +210,8 @@ class GraphPropagation(GlomoTransfer):
     def get_config(self):
         config = super().get_config()
         config.update(steps=self.steps, aggregation=self.aggregation, update=self.update,
-                      hidden_units=self.hidden_units, directions=self.directions)
+                      hidden_units=self.hidden_units, directions=self.directions,
+                      layer_norm=self.layer_norm)
         return config
 
 

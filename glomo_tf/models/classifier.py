@@ -170,7 +170,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
                      graph_temperature=None, transfer_form="fusion", propagation_steps=3,
                      propagation_aggregation="mean", propagation_update="gru",
                      propagation_directions="both", propagation_hidden_units=None,
-                     gold_form="tree", name=None):
+                     propagation_layer_norm=False, gold_form="tree", name=None):
     """A classifier ``token ids [batch, T] (0 = padding) -> class probabilities [batch, classes]``.
 
     Args:
@@ -217,6 +217,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
             directions a unit hears (:class:`GraphPropagation`'s ``directions``).
         propagation_hidden_units: None or an int, the width of the update's hidden layer
             (:class:`GraphPropagation`'s ``hidden_units``).
+        propagation_layer_norm: bool, layer normalisation in the update
+            (:class:`GraphPropagation`'s ``layer_norm``).
         gold_form: the gold variants' graphs: ``"tree"`` (one head,
             :func:`~glomo_tf.data.gold_graphs.tree_graphs`) or ``"chain"`` (two heads,
             :func:`~glomo_tf.data.gold_graphs.listops_chain_graphs`).
@@ -244,7 +246,7 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         layer = transfer_layer(graph_predictor if learned else None, transfer_form,
                                propagation_steps, propagation_aggregation, propagation_update,
                                propagation_directions, propagation_hidden_units,
-                               num_mixtures=num_mixtures, conditioned=conditioned,
+                               propagation_layer_norm, num_mixtures=num_mixtures, conditioned=conditioned,
                                include_products=include_products, graph_mode=graph_mode,
                                dropout=transfer_dropout, top_k=top_k if learned else None,
                                graph_temperature=graph_temperature if learned else None,
@@ -294,10 +296,12 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
 
 def transfer_layer(graph_predictor, transfer_form="fusion", propagation_steps=3,
                    propagation_aggregation="mean", propagation_update="gru",
-                   propagation_directions="both", propagation_hidden_units=None, **options):
+                   propagation_directions="both", propagation_hidden_units=None,
+                   propagation_layer_norm=False, **options):
     """The layer a classifier transfers graphs with: :class:`GlomoTransfer` (``transfer_form=
     "fusion"``, the paper's one gated fusion) or :class:`GraphPropagation` (``"propagation"``,
-    with its steps, aggregation, update, directions and hidden width); ``options`` are
+    with its steps, aggregation, update, directions, hidden width and layer normalisation);
+    ``options`` are
     :class:`GlomoTransfer`'s."""
     hparams.check_choice("transfer_form", transfer_form, hparams.TRANSFER_FORMS)
     if transfer_form == "fusion":
@@ -305,7 +309,8 @@ def transfer_layer(graph_predictor, transfer_form="fusion", propagation_steps=3,
     return GraphPropagation(graph_predictor, steps=propagation_steps,
                             aggregation=propagation_aggregation, update=propagation_update,
                             directions=propagation_directions,
-                            hidden_units=propagation_hidden_units, **options)
+                            hidden_units=propagation_hidden_units,
+                            layer_norm=propagation_layer_norm, **options)
 
 
 def check_graph_predictor(variant, graph_predictor, vocabulary_size):

@@ -118,7 +118,7 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                           transfer_form="fusion", propagation_steps=3,
                           propagation_aggregation="mean", propagation_update="gru",
                           propagation_directions="both", propagation_hidden_units=None,
-                          name=None):
+                          propagation_layer_norm=False, name=None):
     """A pair classifier ``[first ids [batch, Ta], second ids [batch, Tb]] -> class probabilities``.
 
     Args:
@@ -143,6 +143,7 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
         propagation_update: :class:`GraphPropagation`'s ``update``.
         propagation_directions: :class:`GraphPropagation`'s ``directions``.
         propagation_hidden_units: :class:`GraphPropagation`'s ``hidden_units``.
+        propagation_layer_norm: :class:`GraphPropagation`'s ``layer_norm``.
         name: model name; default ``"pair_classifier_<variant>"``.
 
     Returns:
@@ -161,7 +162,8 @@ def build_pair_classifier(vocabulary_size, num_classes, variant="baseline", grap
                                            propagation_aggregation=propagation_aggregation,
                                            propagation_update=propagation_update,
                                            propagation_directions=propagation_directions,
-                                           propagation_hidden_units=propagation_hidden_units))
+                                           propagation_hidden_units=propagation_hidden_units,
+                                           propagation_layer_norm=propagation_layer_norm))
     projection = keras.layers.Dense(rnn_units, activation="relu", name="projection")
     projection_dropout = keras.layers.Dropout(dropout, name="projection_dropout")
     composition = keras.layers.Bidirectional(keras.layers.GRU(rnn_units, return_sequences=True),

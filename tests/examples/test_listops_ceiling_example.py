@@ -52,6 +52,10 @@ def test_a_wider_perceptron_names_the_deep_rows_and_adds_its_flag(ceiling):
     assert ceiling.deep_flags(8, "sum", "mlp", hidden_units=512)[-2:] == [
         "--propagation-hidden-units", "512"]
     assert "--propagation-hidden-units" not in ceiling.deep_flags(8, "sum", "mlp", "backward")
+    assert (ceiling.row_name("gold, propagation", 8, "sum", "mlp", "backward", 512, True)
+            == "gold, propagation (mlp, sum, backward, hidden 512, layer norm)")
+    assert ceiling.deep_flags(8, "sum", "mlp", layer_norm=True)[-1] == "--propagation-layer-norm"
+    assert "--propagation-layer-norm" not in ceiling.deep_flags(8, "sum", "mlp", "backward", 512)
 
 
 def test_a_longer_training_names_every_row_with_its_length(ceiling):

@@ -101,11 +101,13 @@ def test_pair_classifier_propagation_form_puts_graph_propagation_where_the_varia
     model = build_pair_classifier(50, 3, variant, embedding_dim=8, rnn_units=4,
                                   transfer_form="propagation", propagation_steps=2,
                                   propagation_aggregation="sum", propagation_update="mlp",
-                                  propagation_directions="forward", propagation_hidden_units=5)
+                                  propagation_directions="forward", propagation_hidden_units=5,
+                                  propagation_layer_norm=True)
     transfer = [layer for layer in model.layers if isinstance(layer, GlomoTransfer)]
     assert len(transfer) == 1 and isinstance(transfer[0], GraphPropagation)
     assert (transfer[0].steps, transfer[0].aggregation, transfer[0].update,
-            transfer[0].directions, transfer[0].hidden_units) == (2, "sum", "mlp", "forward", 5)
+            transfer[0].directions, transfer[0].hidden_units, transfer[0].layer_norm) == (
+                2, "sum", "mlp", "forward", 5, True)
     # It adds states as wide as what it reads: the embeddings (8) or the BiGRU's (2 x 4).
     assert transfer[0].compute_output_shape(((None, None, 8), (None, None)))[-1] == 16
     out = model([first, second]).numpy()

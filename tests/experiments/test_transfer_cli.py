@@ -378,7 +378,9 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
                          "--rnn-units", "4", "--attention-heads", "2", "--transfer-form", form,
                          "--propagation-steps", "2", "--propagation-aggregation", "sum",
                          "--propagation-update", "mlp", "--propagation-directions", directions,
-                         "--propagation-hidden-units", "6", "--output-dir", str(out),
+                         "--propagation-hidden-units", "6", *(["--propagation-layer-norm"]
+                                                              if directions == "backward" else []),
+                         "--output-dir", str(out),
                          "--save-models", "--verbose", "0"]) == 0
         result = json.loads((out / "results.json").read_text())
         assert (result["config"]["transfer_form"], result["config"]["gold_form"]) == (
@@ -392,6 +394,7 @@ def test_listops_gold_trees_through_both_forms(tmp_path, capsys):
             assert (layer.steps, layer.aggregation, layer.update, layer.directions) == (
                 2, "sum", "mlp", directions)
             assert layer.hidden_dense.kernel.shape[-1] == 6  # --propagation-hidden-units
+            assert layer.layer_norm == (directions == "backward")  # --propagation-layer-norm
         # The saved model and its split's tokenizer give the recorded test accuracy again.
         evaluated = load_example("listops_graphs").evaluate([
             "--model", str(out / "models" / f"{variants[-1]}-seed0.keras"), "--tokenizer",

@@ -25,22 +25,34 @@ def chain_graphs(n, batch=1):
     return np.repeat(g[None], batch, axis=0)
 
 
-@pytest.mark.parametrize("aggregation, update_form, directions", [
-    ("mean", "gru", "both"), ("sum", "gru", "both"), ("sum", "mlp", "both"),
-    ("sum", "mlp", "backward"), ("mean", "gru", "forward")])
-def test_steps_are_the_updates_of_numpy(rng, aggregation, update_form, directions):
+def layer_norm(x, gamma, beta, epsilon=1e-3):
+    """``keras.layers.LayerNormalization`` over the last axis (its default epsilon)."""
+    mean, variance = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+@pytest.mark.parametrize("aggregation, update_form, directions, normalized", [
+    ("mean", "gru", "both", False), ("sum", "gru", "both", False), ("sum", "mlp", "both", False),
+    ("sum", "mlp", "backward", False), ("mean", "gru", "forward", False),
+    ("sum", "mlp", "backward", True), ("sum", "gru", "both", True)])
+def test_steps_are_the_updates_of_numpy(rng, aggregation, update_form, directions, normalized):
     """One graph per direction (one layer, one head), one mixture: ``M = scale * G``; summed,
     each row of ``G`` times its number of sources (a tree's rows: its 0/1 adjacency)."""
     features = rng.normal(size=(2, 5, 3)).astype("float32")
     graphs = np.stack([gold.tree_graphs([-1, 0, 0, 2, 2]), gold.tree_graphs([-1, 0, 1, 0, 0])])
     graphs *= PADDING[:, None, None, None, None, :] * PADDING[:, None, None, None, :, None]
     layer = GraphPropagation(steps=3, units=4, conditioned=False, aggregation=aggregation,
-                             update=update_form, directions=directions)
+                             update=update_form, directions=directions, layer_norm=normalized)
     layer([features, graphs], mask=[PADDING, None])
     jitter_weights(layer, rng, scale=0.5)
     out = layer([features, graphs], mask=[PADDING, None]).numpy()
 
     w = {v.path.split("/", 1)[1]: v.numpy() for v in layer.weights}
+    assert ("norm/gamma" in w) == normalized
+
+    def norm(x):
+        return layer_norm(x, w["norm/gamma"], w["norm/beta"]) if normalized else x
+
     keep = PADDING[:, :, None].astype("float64")
     h = features @ w["input_projection/kernel"] + w["input_projection/bias"]
     if aggregation == "sum":
@@ -52,14 +64,14 @@ def test_steps_are_the_updates_of_numpy(rng, aggregation, update_form, direction
         messages = np.concatenate([w["mixture/scale"][z, 0] * graphs[:, z, 0, 0] @ h
                                    for z in heard], -1)
         if update_form == "mlp":
-            hidden = np.maximum(np.concatenate([initial, messages], -1) @ w["hidden/kernel"]
-                                + w["hidden/bias"], 0)
+            hidden = np.maximum(norm(np.concatenate([initial, messages], -1)
+                                     @ w["hidden/kernel"] + w["hidden/bias"]), 0)
             h = np.maximum(hidden @ w["output/kernel"] + w["output/bias"], 0) * keep
             continue
         gates = sigmoid(np.concatenate([messages, h], -1) @ w["gates/kernel"] + w["gates/bias"])
         update, reset = gates[..., :4], gates[..., 4:]
-        candidate = np.tanh(np.concatenate([messages, reset * h], -1) @ w["candidate/kernel"]
-                            + w["candidate/bias"])
+        candidate = np.tanh(norm(np.concatenate([messages, reset * h], -1)
+                                 @ w["candidate/kernel"] + w["candidate/bias"]))
         h = ((1 - update) * h + update * candidate) * keep
     np.testing.assert_allclose(out, np.concatenate([features, h], -1) * keep, atol=1e-5)
     assert out.shape == (2, 5, 3 + 4) == tuple(layer.compute_output_shape(
@@ -115,8 +127,9 @@ def test_heard_from_the_arguments_alone_a_tree_composes_bottom_up():
 def test_directions_are_checked_and_saved():
     with pytest.raises(ValueError, match="directions"):
         GraphPropagation(directions="up")
-    layer = GraphPropagation(steps=2, directions="backward")
-    assert GraphPropagation.from_config(layer.get_config()).directions == "backward"
+    layer = GraphPropagation(steps=2, directions="backward", layer_norm=True)
+    restored = GraphPropagation.from_config(layer.get_config())
+    assert (restored.directions, restored.layer_norm) == ("backward", True)
 
 
 def garbage_at_padding(args, kwargs):
