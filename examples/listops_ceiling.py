@@ -180,10 +180,13 @@ def where_this_runs():
 
 
 def render_table(record):
-    """The Markdown table of a JSON written by this script: a row per (size, row)."""
+    """The Markdown table of a JSON written by this script: a row per (size, row), each size's
+    baselines first."""
     lines = ["| training expressions | graphs, form | seeds | test accuracy by seed | mean | "
              "- baseline |", "|---:|---|---:|---|---:|---:|"]
-    for entry in record["rows"].values():
+    entries = sorted(record["rows"].values(),
+                     key=lambda e: (e["size"], not e["row"].startswith("baseline")))
+    for entry in entries:
         accuracies = [100 * a for a in entry["accuracy_by_seed"].values()]
         mean = sum(accuracies) / len(accuracies)
         by_seed = " / ".join(f"{a:.1f}" for a in accuracies)
@@ -212,13 +215,16 @@ def main(argv=None):
     paths = make_data(os.path.join(args.run_dir, "data"))
     here = where_this_runs()
     for size in args.sizes:
-        results = {}
-        for row in ["baseline"] + [r for r in args.rows if r != "baseline"]:
+        results, names = {}, {}
+        # The rows asked for first, the baseline they are paired with last: an invocation
+        # started while another trains the same baseline (its own length, one run directory)
+        # reaches it after its own rows and resumes it.
+        for row in [r for r in args.rows if r != "baseline"] + ["baseline"]:
             variant, deep, extra = ROWS[row]
             form = (args.propagation_steps, args.propagation_aggregation,
                     args.propagation_update, args.propagation_directions,
                     args.propagation_hidden_units, args.propagation_layer_norm)
-            name = row_name(row, *form, epochs=args.epochs, patience=args.patience)
+            names[row] = name = row_name(row, *form, epochs=args.epochs, patience=args.patience)
             flags = ["--variants", variant, *extra] + (deep_flags(*form) if deep else [])
             out = os.path.join(args.run_dir, str(size), run_folder(name))
             pretrained = (["--model", args.predictor, "--tokenizer", args.tokenizer]
@@ -246,12 +252,15 @@ def main(argv=None):
                      "trained_on": {str(s): before.get("trained_on", {}).get(str(s))
                                     if s in resumed else here
                                     for s in sorted(results[row])}}
-            if row != "baseline":
-                entry["paired_with_baseline"] = evaluation.paired_comparison(
-                    results[row], results["baseline"])
             record["rows"][row_key(size, name)] = entry
             if args.output:
                 write_record(args.output, record)
+        for row, name in names.items():
+            if row != "baseline":
+                record["rows"][row_key(size, name)]["paired_with_baseline"] = (
+                    evaluation.paired_comparison(results[row], results["baseline"]))
+        if args.output:
+            write_record(args.output, record)
     print(render_table(record))
     return 0
 

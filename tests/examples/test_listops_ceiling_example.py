@@ -94,7 +94,7 @@ def test_a_run_records_each_forms_flags_and_its_pairing(ceiling, monkeypatch, tm
                          "gold, propagation", "--propagation-update", "gru",
                          "--propagation-aggregation", "mean", "--run-dir", str(tmp_path / "runs"),
                          "--output", str(output)]) == 0
-    baseline_call, gold_call = calls
+    gold_call, baseline_call = calls  # the baseline the rows are paired with runs last
     assert "--transfer-form" not in baseline_call
     form = gold_call[gold_call.index("--transfer-form"):][:8]
     assert form == ["--transfer-form", "propagation", "--propagation-steps", "8",
