@@ -714,6 +714,25 @@ def listops_ceiling_40k_breakdown_table():
     return breakdown_table(output("listops_ceiling_40k_evaluations.json")["evaluations"])
 
 
+@table("listops ceiling 40k composed once", "docs/results/where-graphs-pay.md")
+def listops_ceiling_40k_once_table():
+    """The committed 40,000 models on the test expressions of one flat list (depth 1), by their
+    operator: how well each composes an operator once (``by_operator_and_depth``)."""
+    return once_table(output("listops_ceiling_40k_evaluations.json")["evaluations"])
+
+
+def once_table(evaluations):
+    """A row per evaluated model: its accuracy on each operator's depth-1 expressions."""
+    keys = sorted({k for e in evaluations.values() for k in e["by_operator_and_depth"]
+                   if k.endswith(" 1")})
+    first = next(iter(evaluations.values()))["by_operator_and_depth"]
+    header = ["model"] + [f"`{k[:-2]}` at depth 1 ({first[k]['examples']})" for k in keys]
+    rows = [[name] + [f"{100 * e['by_operator_and_depth'][k]['accuracy']:.1f}"
+                      if k in e["by_operator_and_depth"] else "-" for k in keys]
+            for name, e in evaluations.items()]
+    return markdown(header, rows, ["---"] + ["---:"] * len(keys))
+
+
 def breakdown_table(evaluations):
     """A row per evaluated model: its accuracy in all, by outermost operator and by depth."""
     operators = sorted({op for e in evaluations.values() for op in e["by_operator"]})
