@@ -1,7 +1,6 @@
 """``GraphPropagation``: the GRU steps against NumPy, how far information travels along a planted
 chain, the layer harness, and the classifiers' ``transfer_form`` and gold variants."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
