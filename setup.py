@@ -13,9 +13,10 @@ CORE = [
     "scipy>=1.10",  # glomo_tf.evaluation: the paired t-test's p-value (scipy.stats.t)
 ]
 EXTRAS = {
-    # scikit-learn: the tests of `glomo probe` and of the digits image set need it.
-    "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "pyyaml>=6",
-             "scikit-learn>=1.5,<2"],
+    # scikit-learn: the tests of `glomo probe` and of the digits image set need it;
+    # pytest-xdist: the suite on two processes (`pytest -n 2 --dist loadfile`, the README's).
+    "test": ["pytest>=8", "pytest-xdist>=3.6,<4", "nbclient>=0.10", "nbformat>=5.10",
+             "ipykernel>=6.29", "pyyaml>=6", "scikit-learn>=1.5,<2"],
     "tune": ["keras-tuner==1.4.8"],
     # aiohttp: the REST server's HTTP/1.1 and the client's (its C parser, llhttp); orjson: the
     # REST server writes numeric tensors in C, not per element; pysimdjson: the client reads
