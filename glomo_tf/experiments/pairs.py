@@ -143,12 +143,7 @@ def run_pairs(config, record=None):
                 rnn_units=config.rnn_units, dropout=config.dropout,
                 num_mixtures=config.num_mixtures, transfer_dropout=config.transfer_dropout,
                 top_k=config.top_k, graph_temperature=config.graph_temperature,
-                transfer_form=config.transfer_form, propagation_steps=config.propagation_steps,
-                propagation_aggregation=config.propagation_aggregation,
-                propagation_update=config.propagation_update,
-                propagation_directions=config.propagation_directions,
-                propagation_hidden_units=config.propagation_hidden_units,
-                propagation_layer_norm=config.propagation_layer_norm)
+                **config.transfer_form_options())
             scaffolding.initial_embeddings(model, predictor, config)
             start = time.perf_counter()
             predictions, epochs_run = train_and_evaluate_pairs(

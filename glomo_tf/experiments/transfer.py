@@ -33,6 +33,13 @@ SPLITS = ("seeded", "kfold")
 INIT_EMBEDDINGS = (None, "predictor")  # --init-embeddings
 
 
+# The settings that say how a classifier transfers its graphs: passed to the model builders as
+# they are named (see TransferConfig.transfer_form_options).
+PROPAGATION_OPTIONS = ("transfer_form", "propagation_steps", "propagation_aggregation",
+                       "propagation_update", "propagation_directions",
+                       "propagation_hidden_units", "propagation_layer_norm")
+
+
 @dataclasses.dataclass(kw_only=True)
 class TransferConfig:
     """The settings of one downstream experiment (``glomo transfer``'s flags, one field each).
@@ -184,6 +191,11 @@ class TransferConfig:
                            "missing ones; without it a directory that holds runs is refused, "
                            "not overwritten")
     verbose: int = verbose_setting()
+
+    def transfer_form_options(self):
+        """``transfer_form`` and the ``propagation_*`` settings, as the keyword arguments of
+        ``build_classifier`` and ``build_pair_classifier`` (the same names)."""
+        return {name: getattr(self, name) for name in PROPAGATION_OPTIONS}
 
     def validated(self):
         """A copy with variants and seeds deduplicated; raises ``ValueError`` naming the setting

@@ -246,8 +246,8 @@ def build_classifier(vocabulary_size, num_classes, variant="baseline", graph_pre
         layer = transfer_layer(graph_predictor if learned else None, transfer_form,
                                propagation_steps, propagation_aggregation, propagation_update,
                                propagation_directions, propagation_hidden_units,
-                               propagation_layer_norm, num_mixtures=num_mixtures, conditioned=conditioned,
-                               include_products=include_products, graph_mode=graph_mode,
+                               propagation_layer_norm, num_mixtures=num_mixtures,
+                               conditioned=conditioned, include_products=include_products, graph_mode=graph_mode,
                                dropout=transfer_dropout, top_k=top_k if learned else None,
                                graph_temperature=graph_temperature if learned else None,
                                name=layer_name)
